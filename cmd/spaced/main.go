@@ -1,0 +1,180 @@
+// Command spaced is SPACE's daemon: the control plane and the node in one process. `spaced serve`
+// loads the configuration, installs the admin key, re-adopts sandboxes of an earlier run and
+// serves the HTTP API until SIGINT or SIGTERM. Sandboxes outlive spaced.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/space-sandbox/space/internal/api"
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/config"
+	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/runtime/gvisor"
+	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/store/sqlite"
+	"github.com/space-sandbox/space/internal/template"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stderr))
+}
+
+func run(args []string, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: spaced serve [flags] | spaced version")
+		return 2
+	}
+	switch args[0] {
+	case "version":
+		fmt.Println(version)
+		return 0
+	case "serve":
+	default:
+		fmt.Fprintf(stderr, "spaced: unknown command %q (want serve or version)\n", args[0])
+		return 2
+	}
+	cfg, err := config.Load(args[1:], os.Getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "spaced: %v\n", err)
+		return 2
+	}
+	log := newLogger(cfg.LogLevel, stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("spaced stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(level string, w io.Writer) *slog.Logger {
+	var l slog.Level
+	_ = l.UnmarshalText([]byte(level))
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
+}
+
+// serve runs spaced until ctx ends.
+func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
+	if os.Geteuid() != 0 {
+		return errors.New("spaced needs root: it creates network namespaces and runs gVisor in root mode")
+	}
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return fmt.Errorf("home: %w", err)
+	}
+	for _, p := range []string{cfg.Runsc, cfg.Agent} {
+		if _, err := os.Stat(p); err != nil {
+			return fmt.Errorf("%w (run `make build` first, or set SPACE_RUNSC / SPACE_AGENT)", err)
+		}
+	}
+	log.Info("starting spaced", "version", version, "home", cfg.Home, "listen", cfg.Listen, "instance", cfg.Instance)
+
+	st, err := sqlite.Open(ctx, filepath.Join(cfg.Home, "space.db"), log)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer st.Close()
+	keys := auth.New(st)
+	if path, err := keys.EnsureAdmin(ctx, cfg.Home, cfg.AdminKey); err != nil {
+		return fmt.Errorf("admin key: %w", err)
+	} else if path != "" {
+		log.Info("generated admin key", "file", path)
+	}
+
+	templates, err := template.New(template.Config{Dir: filepath.Join(cfg.Home, "templates"), Busybox: cfg.Busybox, Logger: log})
+	if err != nil {
+		return fmt.Errorf("templates: %w", err)
+	}
+	var reg runtime.Registry
+	if err := reg.Register("gvisor", func(dir string, _ map[string]string) (runtime.Driver, error) {
+		return gvisor.New(gvisor.Config{Runsc: cfg.Runsc, StateDir: dir, Instance: cfg.Instance, Debug: cfg.Debug, Logger: log})
+	}); err != nil {
+		return err
+	}
+	drivers := map[string]runtime.Driver{}
+	for _, name := range reg.Names() {
+		f, _ := reg.Lookup(name)
+		d, err := f(filepath.Join(cfg.Home, "runtime", name), nil)
+		if err != nil {
+			return fmt.Errorf("runtime %s: %w", name, err)
+		}
+		drivers[name] = d
+	}
+
+	pool, err := network.NewPool(ctx, network.Config{Instance: cfg.Instance, CIDR: cfg.SlotCIDR, PoolSize: cfg.SlotPool, Logger: log})
+	if err != nil {
+		return fmt.Errorf("network: %w", err)
+	}
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pool.Close(cctx); err != nil {
+			log.Error("close network pool", "err", err)
+		}
+	}()
+
+	mgr, err := sandbox.New(sandbox.Config{
+		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool,
+		Templates: func(ctx context.Context, name string) (string, error) {
+			t, err := templates.Ensure(ctx, name)
+			return t.RootFS, err
+		},
+		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress,
+	})
+	if err != nil {
+		return err
+	}
+	if err := mgr.Recover(ctx); err != nil {
+		return err
+	}
+	mgr.Start()
+	defer mgr.Close()
+	// Build the default template before accepting requests so the first create is fast.
+	if _, err := templates.Ensure(ctx, "minimal"); err != nil {
+		return fmt.Errorf("template minimal: %w", err)
+	}
+
+	srv := &http.Server{
+		Handler:           api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version}),
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	log.Info("serving", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down; sandboxes keep running")
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err)
+		_ = srv.Close()
+	}
+	return nil
+}

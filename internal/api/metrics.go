@@ -1,0 +1,63 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// metrics are the counters /metrics exposes in Prometheus text format.
+type metrics struct {
+	mu       sync.Mutex
+	requests map[string]uint64 // "method code"
+	seconds  float64
+	execs    atomic.Uint64
+}
+
+func newMetrics() *metrics { return &metrics{requests: map[string]uint64{}} }
+
+func (m *metrics) observe(method string, status int, d time.Duration) {
+	m.mu.Lock()
+	m.requests[fmt.Sprintf("%s %d", method, status)]++
+	m.seconds += d.Seconds()
+	m.mu.Unlock()
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4")
+	counts := s.sb.Counts()
+	fmt.Fprintln(w, "# HELP space_sandboxes Sandboxes by state.")
+	fmt.Fprintln(w, "# TYPE space_sandboxes gauge")
+	states := make([]string, 0, len(counts))
+	for st := range counts {
+		states = append(states, st)
+	}
+	sort.Strings(states)
+	for _, st := range states {
+		fmt.Fprintf(w, "space_sandboxes{state=%q} %d\n", st, counts[st])
+	}
+	fmt.Fprintln(w, "# HELP space_execs_total Commands started through the API.")
+	fmt.Fprintln(w, "# TYPE space_execs_total counter")
+	fmt.Fprintf(w, "space_execs_total %d\n", s.metrics.execs.Load())
+	s.metrics.mu.Lock()
+	keys := make([]string, 0, len(s.metrics.requests))
+	for k := range s.metrics.requests {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintln(w, "# HELP space_http_requests_total HTTP requests by method and status.")
+	fmt.Fprintln(w, "# TYPE space_http_requests_total counter")
+	for _, k := range keys {
+		var method string
+		var code int
+		fmt.Sscanf(k, "%s %d", &method, &code)
+		fmt.Fprintf(w, "space_http_requests_total{method=%q,code=\"%d\"} %d\n", method, code, s.metrics.requests[k])
+	}
+	fmt.Fprintln(w, "# HELP space_http_request_seconds_total Time spent serving HTTP requests.")
+	fmt.Fprintln(w, "# TYPE space_http_request_seconds_total counter")
+	fmt.Fprintf(w, "space_http_request_seconds_total %g\n", s.metrics.seconds)
+	s.metrics.mu.Unlock()
+}

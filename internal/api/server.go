@@ -1,0 +1,137 @@
+package api
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
+)
+
+// Config holds the Server's dependencies.
+type Config struct {
+	Sandboxes *sandbox.Manager
+	Keys      *auth.Keys
+	Logger    *slog.Logger
+	Version   string
+	// MaxUpload bounds one file upload in bytes (default 16 GiB).
+	MaxUpload int64
+}
+
+// Server is spaced's HTTP handler.
+type Server struct {
+	sb      *sandbox.Manager
+	keys    *auth.Keys
+	log     *slog.Logger
+	version string
+	maxUp   int64
+	metrics *metrics
+	mux     *http.ServeMux
+}
+
+// New builds the handler with every route of API.md.
+func New(cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxUpload == 0 {
+		cfg.MaxUpload = 16 << 30
+	}
+	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(), mux: http.NewServeMux()}
+	s.routes()
+	return s
+}
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+
+	a := func(pattern string, h func(http.ResponseWriter, *http.Request, auth.Principal)) {
+		m.HandleFunc(pattern, s.authed(h))
+	}
+	a("GET /v1/info", s.handleInfo)
+	a("POST /v1/keys", s.handleCreateKey)
+	a("GET /v1/events", s.handleEvents)
+
+	a("POST /v1/sandboxes", s.handleCreate)
+	a("GET /v1/sandboxes", s.handleList)
+	a("GET /v1/sandboxes/{id}", s.handleGet)
+	a("DELETE /v1/sandboxes/{id}", s.handleDelete)
+	a("POST /v1/sandboxes/{id}/timeout", s.handleTimeout)
+
+	a("POST /v1/sandboxes/{id}/exec", s.handleExec)
+	a("GET /v1/sandboxes/{id}/processes", s.handleProcesses)
+	a("GET /v1/sandboxes/{id}/processes/{pid}/events", s.handleProcessEvents)
+	a("POST /v1/sandboxes/{id}/processes/{pid}/stdin", s.handleStdin)
+	a("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.handleSignal)
+	a("POST /v1/sandboxes/{id}/processes/{pid}/resize", s.handleResize)
+
+	a("PUT /v1/sandboxes/{id}/files", s.handleUpload)
+	a("GET /v1/sandboxes/{id}/files", s.handleDownload)
+	a("DELETE /v1/sandboxes/{id}/files", s.handleRemove)
+	a("GET /v1/sandboxes/{id}/fs", s.handleListDir)
+	a("POST /v1/sandboxes/{id}/fs/mkdir", s.handleMkdir)
+	a("POST /v1/sandboxes/{id}/fs/move", s.handleMove)
+	a("GET /v1/sandboxes/{id}/fs/watch", s.handleWatch)
+
+	m.HandleFunc("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+		s.writeError(w, r, errdefs.NotFound("no such route: "+r.Method+" "+r.URL.Path))
+	}))
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	start := time.Now()
+	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
+	s.mux.ServeHTTP(rw, r)
+	s.metrics.observe(r.Method, rw.status, time.Since(start))
+}
+
+type principalKey struct{}
+
+// authed wraps h with API key authentication.
+func (s *Server) authed(h func(http.ResponseWriter, *http.Request, auth.Principal)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		key := auth.FromRequestHeaders(r.Header.Get("Authorization"), r.Header.Get("X-API-Key"))
+		p, err := s.keys.Authenticate(r.Context(), key)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), p)
+	}
+}
+
+// statusWriter records the status for metrics and passes Flush and friends through.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+	wrote  bool
+}
+
+func (w *statusWriter) WriteHeader(code int) {
+	if !w.wrote {
+		w.status, w.wrote = code, true
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func pathPID(r *http.Request) (uint32, error) {
+	n, err := strconv.ParseUint(r.PathValue("pid"), 10, 32)
+	if err != nil || n == 0 {
+		return 0, errdefs.InvalidArgument("pid: want a positive integer")
+	}
+	return uint32(n), nil
+}

@@ -1,0 +1,159 @@
+// Package auth owns API keys: generating them, storing only their SHA-256 hashes, installing the
+// admin key at start, and resolving a presented key to a Principal (tenant, admin). Imported by
+// the API layer and cmd/spaced.
+package auth
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// AdminTenant is the tenant of the admin key.
+const AdminTenant = "default"
+
+// Principal is who a request acts as.
+type Principal struct {
+	KeyID  string
+	Tenant string
+	Admin  bool
+}
+
+// Keys resolves and creates API keys in a store.
+type Keys struct {
+	st  store.Store
+	now func() time.Time
+}
+
+// New returns Keys over st.
+func New(st store.Store) *Keys { return &Keys{st: st, now: time.Now} }
+
+// Hash is the stored form of a key.
+func Hash(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return hex.EncodeToString(sum[:])
+}
+
+// Generate returns a new random key. Keys look like E2B's (e2b_ + hex) so that every E2B SDK
+// version accepts them.
+func Generate() string {
+	b := make([]byte, 20)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return "e2b_" + hex.EncodeToString(b)
+}
+
+// Authenticate resolves a presented key.
+func (k *Keys) Authenticate(ctx context.Context, key string) (Principal, error) {
+	if key == "" || len(key) > 256 {
+		return Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "missing or malformed API key")
+	}
+	rec, err := k.st.APIKeyByHash(ctx, Hash(key))
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return Principal{}, errdefs.New(errdefs.ErrUnauthenticated, "invalid API key")
+	}
+	if err != nil {
+		return Principal{}, fmt.Errorf("look up key: %w", err)
+	}
+	return Principal{KeyID: rec.ID, Tenant: rec.Tenant, Admin: rec.Admin}, nil
+}
+
+var tenantRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,62}$`)
+
+// Create makes a new key for tenant and returns it; only its hash is stored.
+func (k *Keys) Create(ctx context.Context, tenant string, admin bool) (id, key string, err error) {
+	if !tenantRE.MatchString(tenant) {
+		return "", "", errdefs.InvalidArgument(fmt.Sprintf("tenant %q: want lowercase letters, digits, - and _ (up to 63)", tenant))
+	}
+	key = Generate()
+	id = "key_" + Hash(key)[:16]
+	err = k.st.CreateAPIKey(ctx, store.APIKey{ID: id, Hash: Hash(key), Tenant: tenant, Admin: admin, CreatedAt: k.now().UTC()})
+	if err != nil {
+		return "", "", fmt.Errorf("store key: %w", err)
+	}
+	return id, key, nil
+}
+
+// EnsureAdmin installs the admin key at start. If key is set it is installed (if not already);
+// otherwise, if no key exists yet, a new one is generated and written to home/admin.key (0600).
+// It returns the path of the key file it wrote, if any.
+func (k *Keys) EnsureAdmin(ctx context.Context, home, key string) (string, error) {
+	if key != "" {
+		_, err := k.st.APIKeyByHash(ctx, Hash(key))
+		if err == nil {
+			return "", nil
+		}
+		if !errors.Is(err, errdefs.ErrNotFound) {
+			return "", err
+		}
+		return "", k.st.CreateAPIKey(ctx, store.APIKey{ID: "key_" + Hash(key)[:16], Hash: Hash(key), Tenant: AdminTenant, Admin: true, CreatedAt: k.now().UTC()})
+	}
+	keys, err := k.st.ListAPIKeys(ctx)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(home, "admin.key")
+	if len(keys) > 0 {
+		return "", nil
+	}
+	_, newKey, err := k.Create(ctx, AdminTenant, true)
+	if err != nil {
+		return "", err
+	}
+	if err := writeFileAtomic(path, []byte(newKey+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write admin key: %w", err)
+	}
+	return path, nil
+}
+
+func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(mode); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// FromRequestHeaders extracts a key from "Authorization: Bearer" or "X-API-Key".
+func FromRequestHeaders(authorization, xAPIKey string) string {
+	if v, ok := strings.CutPrefix(authorization, "Bearer "); ok {
+		return strings.TrimSpace(v)
+	}
+	return strings.TrimSpace(xAPIKey)
+}

@@ -1,0 +1,141 @@
+// Package config is spaced's one typed configuration: loaded from flags and the environment in
+// one place (Load), validated, and passed down to constructors. No other package reads the
+// environment. Imported only by cmd/spaced.
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+)
+
+// Config is spaced's configuration.
+type Config struct {
+	Home          string        // SPACE_HOME: state directory
+	Listen        string        // SPACE_LISTEN: API address
+	AdminKey      string        // SPACE_ADMIN_KEY: admin API key to install at start (optional)
+	EgressDNS     string        // SPACE_EGRESS_DNS: upstream resolver ip:port for the egress gateway
+	EgressCA      string        // SPACE_EGRESS_CA: extra PEM roots for the gateway
+	DefaultEgress string        // SPACE_DEFAULT_EGRESS: deny|allow
+	Instance      string        // SPACE_INSTANCE: 4 hex chars naming this instance's host objects; default from Home
+	SlotCIDR      netip.Prefix  // SPACE_SLOT_CIDR: range network slots are carved from
+	SlotPool      int           // SPACE_SLOT_POOL: slots kept ready
+	Runsc         string        // SPACE_RUNSC: runsc binary
+	Agent         string        // SPACE_AGENT: space-agent binary
+	Busybox       string        // SPACE_BUSYBOX: static busybox for the minimal template
+	DefaultTTL    time.Duration // default sandbox timeout
+	MaxTTL        time.Duration // largest timeout a client may ask for
+	MaxSandboxes  int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
+	LogLevel      string        // SPACE_LOG_LEVEL: debug|info|warn|error
+	Debug         bool          // SPACE_DEBUG: runsc debug logs
+}
+
+var instanceRE = regexp.MustCompile(`^[0-9a-f]{4}$`)
+
+// Load parses args (flags after "serve") with the environment as defaults.
+func Load(args []string, getenv func(string) string) (Config, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	exeDir := "."
+	if exe, err := os.Executable(); err == nil {
+		exeDir = filepath.Dir(exe)
+	}
+	var c Config
+	var cidr string
+	fs := flag.NewFlagSet("spaced serve", flag.ContinueOnError)
+	fs.StringVar(&c.Home, "home", env("SPACE_HOME", "./.space"), "state directory (SPACE_HOME)")
+	fs.StringVar(&c.Listen, "listen", env("SPACE_LISTEN", "127.0.0.1:7070"), "API address (SPACE_LISTEN)")
+	fs.StringVar(&c.AdminKey, "admin-key", env("SPACE_ADMIN_KEY", ""), "admin API key (SPACE_ADMIN_KEY)")
+	fs.StringVar(&c.EgressDNS, "egress-dns", env("SPACE_EGRESS_DNS", ""), "upstream resolver ip:port (SPACE_EGRESS_DNS)")
+	fs.StringVar(&c.EgressCA, "egress-ca", env("SPACE_EGRESS_CA", ""), "extra PEM roots for the gateway (SPACE_EGRESS_CA)")
+	fs.StringVar(&c.DefaultEgress, "default-egress", env("SPACE_DEFAULT_EGRESS", "deny"), "deny|allow (SPACE_DEFAULT_EGRESS)")
+	fs.StringVar(&c.Instance, "instance", env("SPACE_INSTANCE", ""), "4-hex instance id (SPACE_INSTANCE); default derived from the home")
+	fs.StringVar(&cidr, "slot-cidr", env("SPACE_SLOT_CIDR", "10.211.0.0/16"), "network slot range (SPACE_SLOT_CIDR)")
+	fs.IntVar(&c.SlotPool, "slot-pool", atoiDefault(env("SPACE_SLOT_POOL", ""), 4), "network slots kept ready (SPACE_SLOT_POOL)")
+	fs.StringVar(&c.Runsc, "runsc", env("SPACE_RUNSC", filepath.Join(exeDir, "runsc")), "runsc binary (SPACE_RUNSC)")
+	fs.StringVar(&c.Agent, "agent", env("SPACE_AGENT", filepath.Join(exeDir, "space-agent")), "space-agent binary (SPACE_AGENT)")
+	fs.StringVar(&c.Busybox, "busybox", env("SPACE_BUSYBOX", "/bin/busybox"), "static busybox (SPACE_BUSYBOX)")
+	fs.DurationVar(&c.DefaultTTL, "default-timeout", 300*time.Second, "default sandbox timeout")
+	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
+	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", atoiDefault(env("SPACE_MAX_SANDBOXES", ""), 100), "live sandboxes per tenant (SPACE_MAX_SANDBOXES)")
+	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
+	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	if fs.NArg() > 0 {
+		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	p, err := netip.ParsePrefix(cidr)
+	if err != nil {
+		return Config{}, fmt.Errorf("slot cidr: %w", err)
+	}
+	c.SlotCIDR = p.Masked()
+	abs, err := filepath.Abs(c.Home)
+	if err != nil {
+		return Config{}, fmt.Errorf("home: %w", err)
+	}
+	c.Home = abs
+	if c.Instance == "" {
+		sum := sha256.Sum256([]byte(c.Home))
+		c.Instance = hex.EncodeToString(sum[:2])
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the values that Load cannot check by parsing alone.
+func (c Config) Validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("listen %q: %w", c.Listen, err))
+	}
+	if c.DefaultEgress != "deny" && c.DefaultEgress != "allow" {
+		errs = append(errs, fmt.Errorf("default egress %q: want deny or allow", c.DefaultEgress))
+	}
+	if c.EgressDNS != "" {
+		if _, err := netip.ParseAddrPort(c.EgressDNS); err != nil {
+			errs = append(errs, fmt.Errorf("egress dns %q: want ip:port: %w", c.EgressDNS, err))
+		}
+	}
+	if !instanceRE.MatchString(c.Instance) {
+		errs = append(errs, fmt.Errorf("instance %q: want 4 lowercase hex characters", c.Instance))
+	}
+	if !c.SlotCIDR.Addr().Is4() || c.SlotCIDR.Bits() > 28 {
+		errs = append(errs, fmt.Errorf("slot cidr %s: want an IPv4 range of /28 or larger", c.SlotCIDR))
+	}
+	if c.SlotPool < 0 || c.SlotPool > 256 {
+		errs = append(errs, fmt.Errorf("slot pool %d: want 0..256", c.SlotPool))
+	}
+	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
+		errs = append(errs, fmt.Errorf("timeouts: want 0 < default (%s) <= max (%s)", c.DefaultTTL, c.MaxTTL))
+	}
+	if c.MaxSandboxes <= 0 {
+		errs = append(errs, fmt.Errorf("max sandboxes %d: want > 0", c.MaxSandboxes))
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("log level %q: want debug|info|warn|error", c.LogLevel))
+	}
+	return errors.Join(errs...)
+}
+
+func atoiDefault(s string, def int) int {
+	var n int
+	if _, err := fmt.Sscanf(s, "%d", &n); err != nil {
+		return def
+	}
+	return n
+}

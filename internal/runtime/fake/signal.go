@@ -1,0 +1,5 @@
+package fake
+
+import "syscall"
+
+const syscallKill = syscall.SIGKILL

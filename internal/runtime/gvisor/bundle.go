@@ -1,0 +1,127 @@
+package gvisor
+
+import (
+	"maps"
+	"path/filepath"
+	"slices"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/space-sandbox/space/internal/runtime"
+)
+
+const (
+	// agentFile is the agent's file name in a sandbox directory and in a checkpoint directory.
+	agentFile = "space-agent"
+	// agentDir is a small tmpfs in the sandbox that holds the agent's mount point, so that
+	// neither the template nor the writable layer needs to contain it.
+	agentDir = "/.space"
+	// AgentGuestPath is where the sandbox sees the agent; it is the sandbox's init.
+	AgentGuestPath = agentDir + "/space-agent"
+
+	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	cpuPeriodUS = 100000
+	// pidsHeadroom is added to Resources.Pids: the host's pids cgroup also counts the sentry's
+	// and gofer's own threads (about 25 for an idle sandbox), not only the guest's tasks.
+	pidsHeadroom = 128
+)
+
+// capabilities of the sandbox's root: Docker's default set, without NET_RAW (raw sockets are
+// of no use behind the egress gateway) and with SYS_PTRACE (debuggers; gVisor implements ptrace
+// itself). They are gVisor's capabilities, not the host's.
+func capabilities() []string {
+	return []string{
+		"CAP_AUDIT_WRITE", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_FSETID",
+		"CAP_KILL", "CAP_MKNOD", "CAP_NET_BIND_SERVICE", "CAP_SETFCAP", "CAP_SETGID",
+		"CAP_SETPCAP", "CAP_SETUID", "CAP_SYS_CHROOT", "CAP_SYS_PTRACE",
+	}
+}
+
+// resources fills zero fields of r from the driver's defaults, then the package defaults.
+// DiskMiB is not enforced: the writable layer is a directory on the host's filesystem.
+func (d *Driver) resources(r runtime.Resources) runtime.Resources {
+	def := d.cfg.Defaults
+	pick := func(v, cfg, pkg int64) int64 {
+		switch {
+		case v > 0:
+			return v
+		case cfg > 0:
+			return cfg
+		}
+		return pkg
+	}
+	return runtime.Resources{
+		VCPUs:     int(pick(int64(r.VCPUs), int64(def.VCPUs), DefaultVCPUs)),
+		MemoryMiB: pick(r.MemoryMiB, def.MemoryMiB, DefaultMemoryMiB),
+		Pids:      pick(r.Pids, def.Pids, DefaultPids),
+		DiskMiB:   r.DiskMiB,
+	}
+}
+
+// bundleSpec is the OCI runtime spec of a sandbox whose bundle directory is sb.
+func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
+	env := map[string]string{"PATH": defaultPath, "HOME": "/root"}
+	maps.Copy(env, spec.Env)
+	if spec.AgentToken != "" {
+		env["SPACE_AGENT_TOKEN"] = spec.AgentToken
+	}
+	var envList []string
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		envList = append(envList, k+"="+env[k])
+	}
+	hostname := spec.Hostname
+	if hostname == "" {
+		hostname = spec.ID
+	}
+
+	res := d.resources(spec.Resources)
+	memory := res.MemoryMiB << 20
+	quota := int64(res.VCPUs) * cpuPeriodUS
+	period := uint64(cpuPeriodUS)
+
+	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.Network.NetNSPath}
+	caps := capabilities()
+	return &specs.Spec{
+		Version: specs.Version,
+		Process: &specs.Process{
+			Args: []string{AgentGuestPath},
+			Env:  envList,
+			Cwd:  "/",
+			User: specs.User{UID: 0, GID: 0},
+			Capabilities: &specs.LinuxCapabilities{
+				Bounding: caps, Effective: caps, Permitted: caps,
+			},
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+		},
+		Root:     &specs.Root{Path: filepath.Join(sb, "rootfs")},
+		Hostname: hostname,
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc"},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			// Without a mount at /tmp, runsc puts a tmpfs on an empty /tmp. The sandbox's /tmp
+			// must stay part of its writable layer (on disk, in file snapshots), so bind the
+			// rootfs's own /tmp over itself.
+			{Destination: "/tmp", Type: "bind", Source: filepath.Join(sb, "rootfs", "tmp"), Options: []string{"bind", "rw"}},
+			{Destination: agentDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=64k"}},
+			{Destination: AgentGuestPath, Type: "bind", Source: filepath.Join(sb, agentFile), Options: []string{"bind", "ro"}},
+		},
+		Linux: &specs.Linux{
+			CgroupsPath: d.cgroupParent() + "/" + spec.ID,
+			Resources: &specs.LinuxResources{
+				Memory: &specs.LinuxMemory{Limit: &memory},
+				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
+				Pids:   &specs.LinuxPids{Limit: res.Pids + pidsHeadroom},
+			},
+			Namespaces: []specs.LinuxNamespace{
+				{Type: specs.PIDNamespace},
+				{Type: specs.IPCNamespace},
+				{Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace},
+				netns,
+			},
+		},
+	}
+}

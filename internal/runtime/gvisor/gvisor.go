@@ -1,0 +1,480 @@
+// Package gvisor is SPACE's default runtime driver: each sandbox is an OCI bundle run by gVisor's
+// runsc, with the template as the lower layer of a host overlayfs whose upper layer (the
+// sandbox's writable layer) lives on host disk. It implements runtime.Driver and
+// runtime.Checkpointer. Its state lives under Config.StateDir so that sandboxes (runsc's sandbox
+// and gofer processes, started in their own session) outlive spaced. Registered by cmd/spaced;
+// it imports runtime and errdefs only.
+//
+// Layout under StateDir:
+//
+//	runsc/                    runsc --root (runsc's own state)
+//	sandboxes/<id>/upper      writable layer (overlay upperdir)
+//	sandboxes/<id>/work       overlay workdir
+//	sandboxes/<id>/rootfs     overlay mount: the bundle's root
+//	sandboxes/<id>/space-agent  private copy of the agent, bind-mounted read-only
+//	sandboxes/<id>/config.json  OCI runtime spec (mode 0600: it holds the agent token)
+//	sandboxes/<id>/console.log  stdout/stderr of runsc and of the agent
+//	logs/<id>/                runsc debug logs, only with Config.Debug (kept after Delete)
+package gvisor
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
+)
+
+// Name is the driver's registry name.
+const Name = "gvisor"
+
+// Resource defaults, used for zero fields of both Spec.Resources and Config.Defaults.
+const (
+	DefaultVCPUs     = 1
+	DefaultMemoryMiB = 2048
+	DefaultPids      = 4096
+)
+
+// Config configures a Driver.
+type Config struct {
+	Runsc    string // path of a statically linked runsc
+	StateDir string // where all per-sandbox state and runsc's root live
+	Instance string // short id of this spaced instance; cgroups are /space-<Instance>/<id>
+	Platform string // runsc --platform; default "systrap"
+	Debug    bool   // runsc debug logs under StateDir/logs/<id>/, kept after Delete
+	// Defaults replaces zero fields of a Spec's Resources; its own zero fields mean the
+	// package defaults (DefaultVCPUs, DefaultMemoryMiB, DefaultPids).
+	Defaults runtime.Resources
+	Logger   *slog.Logger
+}
+
+// Driver runs sandboxes with runsc. It keeps no per-sandbox state in memory: everything is read
+// back from StateDir and runsc, so a new Driver on the same StateDir adopts earlier sandboxes.
+type Driver struct {
+	cfg       Config
+	runscRoot string
+	sandboxes string
+	log       *slog.Logger
+
+	// mu orders making a sandbox directory against removing instance-wide leftovers (the
+	// cgroup parent, runsc's shared null netns), which happens only when no sandbox is left.
+	mu sync.Mutex
+}
+
+var (
+	_ runtime.Driver       = (*Driver)(nil)
+	_ runtime.Checkpointer = (*Driver)(nil)
+)
+
+// validID matches the IDs the driver accepts: they name directories, cgroups and runsc
+// containers.
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+
+var validInstance = regexp.MustCompile(`^[a-z0-9]{1,16}$`)
+
+// New returns a driver, creating StateDir's layout if needed. It does not check that runsc runs;
+// Available does.
+func New(cfg Config) (*Driver, error) {
+	if cfg.Runsc == "" || cfg.StateDir == "" {
+		return nil, errdefs.InvalidArgument("gvisor: Runsc and StateDir are required")
+	}
+	if !validInstance.MatchString(cfg.Instance) {
+		return nil, errdefs.InvalidArgument(fmt.Sprintf("gvisor: instance %q: want 1-16 lowercase letters or digits", cfg.Instance))
+	}
+	if cfg.Platform == "" {
+		cfg.Platform = "systrap"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	for _, p := range []*string{&cfg.Runsc, &cfg.StateDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+		*p = abs
+	}
+	d := &Driver{
+		cfg:       cfg,
+		runscRoot: filepath.Join(cfg.StateDir, "runsc"),
+		sandboxes: filepath.Join(cfg.StateDir, "sandboxes"),
+		log:       cfg.Logger.With("runtime", Name),
+	}
+	for _, dir := range []string{d.runscRoot, d.sandboxes} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("gvisor: %w", err)
+		}
+	}
+	return d, nil
+}
+
+// Name implements runtime.Driver.
+func (d *Driver) Name() string { return Name }
+
+// Available implements runtime.Driver: root, overlayfs and a runsc that runs.
+func (d *Driver) Available(ctx context.Context) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("gvisor: must run as root (runsc without --rootless, overlay mounts): %w", errdefs.ErrUnavailable)
+	}
+	fss, err := os.ReadFile("/proc/filesystems")
+	if err != nil || !bytes.Contains(fss, []byte("\toverlay\n")) {
+		return fmt.Errorf("gvisor: kernel has no overlay filesystem: %w", errdefs.ErrUnavailable)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, d.cfg.Runsc, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("gvisor: %s --version: %v: %s: %w", d.cfg.Runsc, err, bytes.TrimSpace(out), errdefs.ErrUnavailable)
+	}
+	return nil
+}
+
+// Create implements runtime.Driver.
+func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	return d.start(ctx, spec, "")
+}
+
+// start makes a sandbox's directory, writable layer and bundle, then runs runsc: `run`, or
+// `restore` from checkpoint directory ckpt when it is not empty. On error it removes everything
+// it made.
+func (d *Driver) start(ctx context.Context, spec runtime.Spec, ckpt string) (err error) {
+	if err := validateSpec(spec); err != nil {
+		return err
+	}
+	sb := d.sandboxDir(spec.ID)
+	d.mu.Lock()
+	err = os.Mkdir(sb, 0o700)
+	d.mu.Unlock()
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, errdefs.ErrAlreadyExists)
+	}
+	if err != nil {
+		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
+	}
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Clean up even if ctx is what failed us.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if cerr := d.remove(cctx, spec.ID); cerr != nil {
+			d.log.Error("cleanup after failed start", "id", spec.ID, "err", cerr)
+		}
+	}()
+	start := time.Now()
+	if err := d.prepare(spec, ckpt); err != nil {
+		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
+	}
+	args := []string{"run", "--detach", "--bundle=" + sb, spec.ID}
+	if ckpt != "" {
+		args = []string{"restore", "--detach", "--image-path=" + ckpt, "--bundle=" + sb, spec.ID}
+	}
+	if err := d.runDetached(ctx, spec.ID, args...); err != nil {
+		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
+	}
+	d.log.InfoContext(ctx, "sandbox started", "id", spec.ID, "restored", ckpt != "", "duration", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// prepare builds the bundle: writable layer (seeded from ckpt/upper when restoring), the agent's
+// private copy, the overlay mount and config.json.
+func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
+	sb := d.sandboxDir(spec.ID)
+	for _, sub := range []string{"upper", "work", "rootfs"} {
+		if err := os.Mkdir(filepath.Join(sb, sub), 0o755); err != nil {
+			return err
+		}
+	}
+	agent := spec.AgentPath
+	if ckpt != "" {
+		if err := copyTree(filepath.Join(ckpt, "upper"), filepath.Join(sb, "upper")); err != nil {
+			return fmt.Errorf("seed writable layer: %w", err)
+		}
+		// The checkpointed memory holds the agent that was running then; restore exactly it.
+		agent = filepath.Join(ckpt, agentFile)
+	}
+	// A private copy: rebuilding the agent on the host never changes a running or checkpointed
+	// sandbox's binary under it.
+	if err := copyFile(agent, filepath.Join(sb, agentFile), 0o755); err != nil {
+		return fmt.Errorf("copy agent: %w", err)
+	}
+	rootfs := filepath.Join(sb, "rootfs")
+	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
+		spec.RootFS, filepath.Join(sb, "upper"), filepath.Join(sb, "work"))
+	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
+		return fmt.Errorf("mount overlay on %s: %w", rootfs, err)
+	}
+	// /tmp is bind-mounted from the rootfs itself (see bundleSpec); make sure it exists.
+	tmp := filepath.Join(rootfs, "tmp")
+	if _, err := os.Lstat(tmp); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir(tmp, 0o777); err != nil {
+			return err
+		}
+		if err := unix.Chmod(tmp, 0o1777); err != nil {
+			return err
+		}
+	}
+	b, err := json.MarshalIndent(d.bundleSpec(spec, sb), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(sb, "config.json"), b, 0o600)
+}
+
+// State implements runtime.Driver.
+func (d *Driver) State(ctx context.Context, id string) (runtime.State, error) {
+	if !validID.MatchString(id) {
+		return "", errdefs.InvalidArgument(fmt.Sprintf("invalid sandbox ID %q", id))
+	}
+	status, known, err := d.runscState(ctx, id)
+	if err != nil {
+		return "", fmt.Errorf("gvisor: state of %s: %w", id, err)
+	}
+	if known {
+		switch status {
+		case "running":
+			return runtime.StateRunning, nil
+		case "paused":
+			return runtime.StatePaused, nil
+		default: // "creating", "created" (never started), "stopped"
+			return runtime.StateStopped, nil
+		}
+	}
+	if _, err := os.Lstat(d.sandboxDir(id)); err == nil {
+		return runtime.StateStopped, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", fmt.Errorf("gvisor: state of %s: %w", id, err)
+	}
+	return runtime.StateUnknown, nil
+}
+
+// Delete implements runtime.Driver.
+func (d *Driver) Delete(ctx context.Context, id string) error {
+	if !validID.MatchString(id) {
+		return errdefs.InvalidArgument(fmt.Sprintf("invalid sandbox ID %q", id))
+	}
+	if err := d.remove(ctx, id); err != nil {
+		return fmt.Errorf("gvisor: delete %s: %w", id, err)
+	}
+	return nil
+}
+
+// remove stops the sandbox and removes everything made for it: runsc's container, any process
+// still running for it, mounts, the directory and cgroups. It tries every step and reports all
+// failures.
+func (d *Driver) remove(ctx context.Context, id string) error {
+	sb := d.sandboxDir(id)
+	var errs []error
+	// Kill first: delete --force of a running container also kills, but a KILL of the init
+	// ends the sandbox at once instead of after a stop timeout.
+	if _, err := d.runsc(ctx, id, "kill", id, "KILL"); err != nil {
+		d.log.DebugContext(ctx, "runsc kill", "id", id, "err", err)
+	}
+	if _, err := d.runsc(ctx, id, "delete", "--force", id); err != nil {
+		if _, known, serr := d.runscState(ctx, id); serr != nil || known {
+			errs = append(errs, err)
+		}
+	}
+	if err := killSandboxProcs(ctx, d.runscRoot, id); err != nil {
+		errs = append(errs, err)
+	}
+	if err := unmountUnder(ctx, sb); err != nil {
+		errs = append(errs, err)
+	}
+	if err := os.RemoveAll(sb); err != nil {
+		errs = append(errs, err)
+	}
+	if err := removeCgroups(ctx, d.cgroupParent(), id); err != nil {
+		errs = append(errs, err)
+	}
+	d.removeInstanceLeftovers(ctx)
+	return errors.Join(errs...)
+}
+
+// removeInstanceLeftovers removes what runsc shares between this instance's sandboxes once none
+// is left: the cgroup parent and runsc's pinned "null" network namespace mount.
+func (d *Driver) removeInstanceLeftovers(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	entries, err := os.ReadDir(d.sandboxes)
+	if err != nil || len(entries) > 0 {
+		return
+	}
+	if err := removeCgroups(ctx, "/", d.cgroupParent()); err != nil {
+		d.log.DebugContext(ctx, "cgroup parent not removed", "err", err)
+	}
+	// runsc pins a shared empty network namespace for its gofers at <root>/null-netns; it is a
+	// cache that runsc recreates when missing. Concurrent runsc invocations may stack mounts.
+	nullNS := filepath.Join(d.runscRoot, "null-netns")
+	for unix.Unmount(nullNS, unix.MNT_DETACH) == nil {
+	}
+	if err := os.Remove(nullNS); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.log.WarnContext(ctx, "remove null netns pin", "err", err)
+	}
+}
+
+// List implements runtime.Driver.
+func (d *Driver) List(ctx context.Context) ([]string, error) {
+	entries, err := os.ReadDir(d.sandboxes)
+	if err != nil {
+		return nil, fmt.Errorf("gvisor: list: %w", err)
+	}
+	var ids []string
+	for _, e := range entries {
+		if e.IsDir() && validID.MatchString(e.Name()) {
+			ids = append(ids, e.Name())
+		}
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+func (d *Driver) sandboxDir(id string) string { return filepath.Join(d.sandboxes, id) }
+
+// cgroupParent is this instance's cgroup under every hierarchy's root.
+func (d *Driver) cgroupParent() string { return "/space-" + d.cfg.Instance }
+
+func validateSpec(spec runtime.Spec) error {
+	if !validID.MatchString(spec.ID) {
+		return errdefs.InvalidArgument(fmt.Sprintf("invalid sandbox ID %q", spec.ID))
+	}
+	if !filepath.IsAbs(spec.RootFS) {
+		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q is not an absolute path", spec.RootFS))
+	}
+	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
+		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q is not a directory", spec.RootFS))
+	}
+	if strings.ContainsAny(spec.RootFS, ",:") {
+		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q: overlayfs cannot use a path with ',' or ':'", spec.RootFS))
+	}
+	if st, err := os.Stat(spec.AgentPath); err != nil || !st.Mode().IsRegular() {
+		return errdefs.InvalidArgument(fmt.Sprintf("agent %q is not a regular file", spec.AgentPath))
+	}
+	r := spec.Resources
+	if r.VCPUs < 0 || r.MemoryMiB < 0 || r.Pids < 0 || r.DiskMiB < 0 {
+		return errdefs.InvalidArgument("negative resource limit")
+	}
+	return nil
+}
+
+// runsc runs one short runsc command and returns its stdout; the error carries stderr.
+func (d *Driver) runsc(ctx context.Context, id string, args ...string) ([]byte, error) {
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, d.cfg.Runsc, d.globalFlags(id)...)
+	cmd.Args = append(cmd.Args, args...)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = strings.TrimSpace(stdout.String())
+		}
+		return stdout.Bytes(), &runscError{cmd: args[0], err: err, msg: msg}
+	}
+	return stdout.Bytes(), nil
+}
+
+type runscError struct {
+	cmd string
+	err error
+	msg string
+}
+
+func (e *runscError) Error() string { return fmt.Sprintf("runsc %s: %v: %s", e.cmd, e.err, e.msg) }
+func (e *runscError) Unwrap() error { return e.err }
+
+// runDetached runs `runsc run --detach` or `runsc restore --detach`. runsc's sandbox and gofer
+// processes inherit its stdio, so stdout and stderr go to console.log (a pipe would keep Wait
+// waiting for the sandbox), and it starts a new session so nothing ties them to spaced.
+func (d *Driver) runDetached(ctx context.Context, id string, args ...string) error {
+	consolePath := filepath.Join(d.sandboxDir(id), "console.log")
+	console, err := os.OpenFile(consolePath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer console.Close()
+	var offset int64
+	if st, err := console.Stat(); err == nil {
+		offset = st.Size()
+	}
+	cmd := exec.CommandContext(ctx, d.cfg.Runsc, d.globalFlags(id)...)
+	cmd.Args = append(cmd.Args, args...)
+	cmd.Stdout, cmd.Stderr = console, console
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Run(); err != nil {
+		return &runscError{cmd: args[0], err: err, msg: tail(consolePath, offset, 2048)}
+	}
+	return nil
+}
+
+// globalFlags are runsc's flags before the subcommand. --overlay2=none: the root's writes go
+// through the gofer to our host overlay, so the writable layer is on disk, not in memory.
+func (d *Driver) globalFlags(id string) []string {
+	flags := []string{
+		"--root=" + d.runscRoot,
+		"--network=sandbox",
+		"--overlay2=none",
+		"--platform=" + d.cfg.Platform,
+	}
+	if d.cfg.Debug {
+		dir := filepath.Join(d.cfg.StateDir, "logs", id)
+		if err := os.MkdirAll(dir, 0o700); err == nil {
+			flags = append(flags, "--debug", "--debug-log="+dir+"/")
+		}
+	}
+	return flags
+}
+
+// runscState asks runsc about id; known is false when runsc has no container by that ID.
+func (d *Driver) runscState(ctx context.Context, id string) (status string, known bool, err error) {
+	out, err := d.runsc(ctx, id, "state", id)
+	if err != nil {
+		var re *runscError
+		if errors.As(err, &re) && strings.Contains(re.msg, "does not exist") {
+			return "", false, nil
+		}
+		return "", false, err
+	}
+	var st struct {
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal(out, &st); err != nil {
+		return "", false, fmt.Errorf("runsc state: %w: %q", err, out)
+	}
+	return st.Status, true, nil
+}
+
+// tail returns up to n bytes of path from offset on: what runsc wrote about a failure.
+func tail(path string, offset int64, n int64) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return ""
+	}
+	if st.Size()-offset > n {
+		offset = st.Size() - n
+	}
+	b, _ := io.ReadAll(io.NewSectionReader(f, offset, st.Size()-offset))
+	return strings.TrimSpace(string(b))
+}

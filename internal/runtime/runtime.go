@@ -1,0 +1,140 @@
+// Package runtime defines the isolation boundary of SPACE: the Driver interface every sandbox
+// runtime (gVisor today; Firecracker and QEMU microVMs later) implements, and a registry the
+// binaries use to pick drivers by name. Nothing above this package may know which driver runs a
+// sandbox. Drivers live in sub-packages and are registered by cmd/spaced; this package imports
+// no driver.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sort"
+	"sync"
+)
+
+// AgentPort is the TCP port the in-sandbox agent listens on.
+const AgentPort = 49983
+
+// Resources limits one sandbox. Zero values mean "driver default".
+type Resources struct {
+	VCPUs     int   // CPU quota in whole CPUs
+	MemoryMiB int64 // memory limit
+	DiskMiB   int64 // writable layer size limit (best effort for gVisor)
+	Pids      int64 // process limit
+}
+
+// Network describes the slot a sandbox is attached to, as the driver needs it.
+type Network struct {
+	NetNSPath string       // path of the network namespace (e.g. /run/netns/space-ab12-3)
+	Interface string       // interface inside the netns the sandbox uses (veth peer or tap)
+	GuestIP   netip.Prefix // the sandbox's address and prefix, e.g. 10.211.0.2/30
+	Gateway   netip.Addr   // the host side of the link
+}
+
+// Spec is everything a driver needs to start one sandbox.
+type Spec struct {
+	ID         string            // sandbox ID; unique on the host for this spaced instance
+	RootFS     string            // template root filesystem directory; read-only, shared; never written
+	AgentPath  string            // host path of the space-agent binary to run as the sandbox's init
+	AgentToken string            // access token the agent demands on every call
+	Env        map[string]string // environment of the agent (and so default env of commands)
+	Hostname   string
+	Resources  Resources
+	Network    Network
+}
+
+// State is what a driver knows about one of its sandboxes.
+type State string
+
+const (
+	StateRunning State = "running"
+	StatePaused  State = "paused"  // stopped with its state kept by the driver (optional ability)
+	StateStopped State = "stopped" // the runtime is gone or exited; Delete still cleans up
+	StateUnknown State = "unknown" // the driver has no record of this ID
+)
+
+// Driver runs sandboxes. A Driver keeps its per-sandbox state under the directory it was given at
+// construction, so that sandboxes outlive a restart of spaced: after a restart, State and Delete
+// work for IDs created by an earlier process.
+//
+// Lifecycle: Create → (running) → Delete. Create either leaves a running sandbox or, on error,
+// removes everything it made (processes, mounts, files). Delete is idempotent and removes
+// everything the driver made for the ID, whatever state it is in; it does not touch the network
+// slot, which belongs to the caller.
+//
+// Concurrency: methods may be called concurrently for different IDs. The caller serialises calls
+// for one ID.
+type Driver interface {
+	// Name is the registry name, e.g. "gvisor".
+	Name() string
+	// Available reports nil if this host can run the driver, else why not.
+	Available(ctx context.Context) error
+	// Create starts a sandbox from spec. It returns once the runtime is started; the agent may
+	// still be starting (callers wait for it over the network).
+	Create(ctx context.Context, spec Spec) error
+	// State reports the state of a sandbox by ID (StateUnknown if the driver has no record).
+	State(ctx context.Context, id string) (State, error)
+	// Delete stops and removes the sandbox and everything the driver made for it.
+	Delete(ctx context.Context, id string) error
+	// List returns the IDs of all sandboxes this driver has state for (for re-adoption).
+	List(ctx context.Context) ([]string, error)
+}
+
+// Checkpointer is the optional ability to save a running sandbox's full state (memory, processes,
+// files of its writable layer) into dir, and to start a sandbox from such a directory. One
+// checkpoint may be restored many times, into new IDs and other network slots.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
+	Restore(ctx context.Context, spec Spec, dir string) error
+}
+
+// Factory builds a driver whose per-sandbox state lives under stateDir.
+type Factory func(stateDir string, cfg map[string]string) (Driver, error)
+
+// Registry maps driver names to factories. The zero value is ready to use.
+type Registry struct {
+	mu        sync.Mutex
+	factories map[string]Factory
+}
+
+// Register adds a factory under name; registering a name twice is an error.
+func (r *Registry) Register(name string, f Factory) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.factories == nil {
+		r.factories = map[string]Factory{}
+	}
+	if _, ok := r.factories[name]; ok {
+		return fmt.Errorf("runtime %q registered twice", name)
+	}
+	r.factories[name] = f
+	return nil
+}
+
+// Lookup returns the factory registered under name.
+func (r *Registry) Lookup(name string) (Factory, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	f, ok := r.factories[name]
+	if !ok {
+		return nil, fmt.Errorf("runtime %q: %w", name, ErrUnknownRuntime)
+	}
+	return f, nil
+}
+
+// Names lists registered drivers, sorted.
+func (r *Registry) Names() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []string
+	for n := range r.factories {
+		out = append(out, n)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// ErrUnknownRuntime is returned by Lookup for a name nobody registered.
+var ErrUnknownRuntime = errors.New("unknown runtime")

@@ -1,0 +1,218 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Defaults applied to resources a request leaves at zero.
+const (
+	defaultVCPUs     = 1
+	defaultMemoryMiB = 512
+	defaultDiskMiB   = 2048
+)
+
+// Create makes a sandbox for tenant and returns once its agent answers. On any failure it removes
+// everything it made (runtime, slot, record) and returns the error.
+func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) (Info, error) {
+	rec, spec, err := m.prepare(ctx, tenant, req)
+	if err != nil {
+		return Info{}, err
+	}
+	drv := m.cfg.Drivers[rec.Runtime]
+	rootfs, err := m.cfg.Templates(ctx, rec.Template)
+	if err != nil {
+		return Info{}, fmt.Errorf("template %s: %w", rec.Template, err)
+	}
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		return Info{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	b := &box{rec: rec, spec: spec}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m.mu.Lock()
+	m.boxes[rec.ID] = b
+	m.mu.Unlock()
+
+	if err := m.start(ctx, b, drv, rootfs); err != nil {
+		// Cleanup must run even if the caller went away.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		m.teardown(cctx, b)
+		b.rec.State = string(StateDeleted)
+		m.mu.Lock()
+		delete(m.boxes, rec.ID)
+		m.mu.Unlock()
+		if derr := m.cfg.Store.DeleteSandbox(cctx, rec.ID); derr != nil {
+			m.log.Error("remove record of failed sandbox", "id", rec.ID, "err", derr)
+		}
+		m.log.Warn("create failed", "id", rec.ID, "err", err)
+		return Info{}, err
+	}
+	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		return Info{}, err
+	}
+	m.publish(EventCreated, b.rec, "")
+	m.log.Info("sandbox created", "id", rec.ID, "tenant", tenant, "template", rec.Template)
+	return infoOf(b.rec, b.spec), nil
+}
+
+// prepare validates req and builds the record to store.
+func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest) (store.Sandbox, Spec, error) {
+	if req.FromSnapshot != "" {
+		return store.Sandbox{}, Spec{}, errdefs.NotFound(fmt.Sprintf("snapshot %q not found", req.FromSnapshot))
+	}
+	if req.Template == "" {
+		req.Template = m.cfg.DefaultTemplate
+	}
+	if !nameRE.MatchString(req.Template) {
+		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("template %q: not a template name", req.Template))
+	}
+	if req.Runtime == "" {
+		req.Runtime = m.cfg.DefaultRuntime
+	}
+	drv, ok := m.cfg.Drivers[req.Runtime]
+	if !ok {
+		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("runtime %q is not available on this server", req.Runtime))
+	}
+	if err := drv.Available(ctx); err != nil {
+		return store.Sandbox{}, Spec{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("runtime %s: %v", req.Runtime, err))
+	}
+	timeout := m.cfg.DefaultTimeout
+	if req.TimeoutSeconds != nil {
+		t := time.Duration(*req.TimeoutSeconds) * time.Second
+		if *req.TimeoutSeconds <= 0 || t > m.cfg.MaxTimeout {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("timeout_seconds: want 1..%d", int(m.cfg.MaxTimeout.Seconds())))
+		}
+		timeout = t
+	}
+	switch req.OnTimeout {
+	case "":
+		req.OnTimeout = "kill"
+	case "kill":
+	case "pause":
+		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(`on_timeout "pause" is not supported by this server yet`)
+	default:
+		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("on_timeout %q: want kill or pause", req.OnTimeout))
+	}
+	if err := validateMap("env", req.Env, envKeyRE); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
+	if err := validateMap("metadata", req.Metadata, nil); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
+	if err := validateResources(req.Resources); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
+	spec := Spec{Resources: req.Resources, Network: Network{Egress: Egress{Default: m.cfg.DefaultEgress}}}
+	if req.Network != nil {
+		spec.Network = *req.Network
+		if spec.Network.Egress.Default == "" {
+			spec.Network.Egress.Default = m.cfg.DefaultEgress
+		}
+	}
+	if err := validateNetwork(spec.Network); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
+	if spec.Resources.VCPUs == 0 {
+		spec.Resources.VCPUs = defaultVCPUs
+	}
+	if spec.Resources.MemoryMiB == 0 {
+		spec.Resources.MemoryMiB = defaultMemoryMiB
+	}
+	if spec.Resources.DiskMiB == 0 {
+		spec.Resources.DiskMiB = defaultDiskMiB
+	}
+	if n := m.liveCount(tenant); n >= m.cfg.MaxPerTenant {
+		return store.Sandbox{}, Spec{}, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant has %d live sandboxes; the limit is %d", n, m.cfg.MaxPerTenant))
+	}
+	now := m.cfg.Now().UTC()
+	rec := store.Sandbox{
+		ID: newID("sbx_", 20), Tenant: tenant, State: string(StateCreating),
+		Template: req.Template, Runtime: req.Runtime, CreatedAt: now, UpdatedAt: now,
+		ExpiresAt: now.Add(timeout), TimeoutSeconds: int(timeout.Seconds()), OnTimeout: req.OnTimeout,
+		Metadata: req.Metadata, Env: req.Env, AccessToken: newToken(), SlotIndex: -1,
+		Spec: encodeSpec(spec),
+	}
+	return rec, spec, nil
+}
+
+func (m *Manager) liveCount(tenant string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, b := range m.boxes {
+		if b.rec.Tenant == tenant {
+			n++
+		}
+	}
+	return n
+}
+
+// start acquires a slot, starts the runtime and waits for the agent. The caller holds b.mu.
+func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs string) error {
+	slot, err := m.cfg.Slots.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("network slot: %w", err)
+	}
+	b.slot = slot
+	b.rec.SlotIndex = slot.Index
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		return fmt.Errorf("record slot: %w", err)
+	}
+	spec := runtime.Spec{
+		ID: b.rec.ID, RootFS: rootfs, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
+		Env: b.rec.Env, Hostname: hostname(b.rec.ID),
+		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
+		Network: runtime.Network{
+			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
+		},
+	}
+	if err := drv.Create(ctx, spec); err != nil {
+		return fmt.Errorf("start runtime: %w", err)
+	}
+	b.client = agent.NewClient(m.cfg.AgentURL(slot), b.rec.AccessToken, m.newHTTPClient())
+	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer cancel()
+	if err := b.client.WaitReady(rctx); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox agent did not become ready in %s: %v", m.cfg.ReadyTimeout, err))
+	}
+	return nil
+}
+
+// hostname is the sandbox's host name: its ID without the prefix underscore (not valid in names).
+func hostname(id string) string { return "sbx-" + id[len("sbx_"):] }
+
+// teardown removes the runtime and the slot of b, logging what fails. The caller holds b.mu.
+// It returns the first error.
+func (m *Manager) teardown(ctx context.Context, b *box) error {
+	var errs []error
+	if drv, ok := m.cfg.Drivers[b.rec.Runtime]; ok {
+		if err := drv.Delete(ctx, b.rec.ID); err != nil {
+			errs = append(errs, fmt.Errorf("delete runtime: %w", err))
+		}
+	}
+	if b.slot != nil {
+		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
+			errs = append(errs, fmt.Errorf("release slot: %w", err))
+		} else {
+			b.slot = nil
+		}
+	}
+	b.client = nil
+	err := errors.Join(errs...)
+	if err != nil {
+		m.log.Error("teardown", "id", b.rec.ID, "err", err)
+	}
+	return err
+}

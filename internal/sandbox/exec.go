@@ -1,0 +1,272 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// TimeoutExitCode is the exit code reported for a command killed by its timeout.
+const TimeoutExitCode = 124
+
+// ExecOptions is a command to run in a sandbox.
+type ExecOptions struct {
+	Argv       []string
+	Env        map[string]string
+	Cwd        string
+	User       string
+	Stdin      *string // written to the command's stdin, then closed
+	Timeout    time.Duration
+	Background bool
+	PTY        *agent.PTYSize
+}
+
+// ExecEventKind says what an ExecEvent carries.
+type ExecEventKind int
+
+// Kinds of ExecEvent.
+const (
+	ExecStdout ExecEventKind = iota + 1
+	ExecStderr
+	ExecExit
+)
+
+// ExecEvent is one piece of a running command's life.
+type ExecEvent struct {
+	Kind     ExecEventKind
+	Data     []byte
+	ExitCode int
+	Duration time.Duration
+}
+
+// Execution is a command's event stream. Next returns io.EOF after the exit event.
+type Execution struct {
+	pid     uint32
+	stream  *agent.ProcessStream
+	ctx     context.Context
+	cancel  context.CancelFunc
+	started time.Time
+	timeout bool // a timeout was set; a deadline means exit 124
+	done    bool
+}
+
+// PID is the command's process ID inside the sandbox.
+func (e *Execution) PID() uint32 { return e.pid }
+
+// Next returns the next event.
+func (e *Execution) Next() (ExecEvent, error) {
+	if e.done {
+		return ExecEvent{}, io.EOF
+	}
+	for {
+		ev, err := e.stream.Recv()
+		if err != nil {
+			if e.timeout && errors.Is(e.ctx.Err(), context.DeadlineExceeded) {
+				e.done = true
+				return ExecEvent{Kind: ExecExit, ExitCode: TimeoutExitCode, Duration: time.Since(e.started)}, nil
+			}
+			if errors.Is(err, io.EOF) {
+				e.done = true
+				return ExecEvent{}, errdefs.New(errdefs.ErrUnavailable, "command stream ended without an exit status")
+			}
+			return ExecEvent{}, err
+		}
+		switch ev.Kind {
+		case agent.EventStdout, agent.EventPTY:
+			return ExecEvent{Kind: ExecStdout, Data: ev.Data}, nil
+		case agent.EventStderr:
+			return ExecEvent{Kind: ExecStderr, Data: ev.Data}, nil
+		case agent.EventEnd:
+			e.done = true
+			return ExecEvent{Kind: ExecExit, ExitCode: exitCode(ev), Duration: time.Since(e.started)}, nil
+		}
+	}
+}
+
+// Close releases the stream. A command still running keeps running.
+func (e *Execution) Close() error {
+	e.cancel()
+	if e.stream == nil {
+		return nil
+	}
+	return e.stream.Close()
+}
+
+// exitCode turns an agent end event into a shell-style exit code: 128+n for death by signal n.
+func exitCode(ev agent.Event) int {
+	if ev.Exited || !strings.HasPrefix(ev.Status, "signal: ") {
+		return ev.ExitCode
+	}
+	name := strings.TrimPrefix(ev.Status, "signal: ")
+	for n := syscall.Signal(1); n < 65; n++ {
+		if n.String() == name {
+			return 128 + int(n)
+		}
+	}
+	return ev.ExitCode
+}
+
+// client returns the agent client of a running sandbox of tenant.
+func (m *Manager) client(tenant, id string) (*agent.Client, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StateRunning || b.client == nil {
+		return nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
+	}
+	return b.client, nil
+}
+
+// Agent returns the agent client of a running sandbox, for file operations.
+func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, error) {
+	return m.client(tenant, id)
+}
+
+// Exec starts a command. For a background command the returned Execution has only a PID: call
+// Close at once. Otherwise read events with Next until io.EOF, then Close.
+func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*Execution, error) {
+	if len(o.Argv) == 0 || o.Argv[0] == "" {
+		return nil, errdefs.InvalidArgument("exec: empty command")
+	}
+	if err := validateMap("env", o.Env, envKeyRE); err != nil {
+		return nil, err
+	}
+	if o.Timeout < 0 {
+		return nil, errdefs.InvalidArgument("timeout_seconds: must not be negative")
+	}
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	req := agent.ExecRequest{Argv: o.Argv, Env: o.Env, Cwd: o.Cwd, User: o.User, PTY: o.PTY,
+		Stdin: o.Stdin != nil || o.Background || o.PTY != nil}
+	// Foreground commands follow the request; background ones outlive it.
+	base := ctx
+	if o.Background {
+		base = context.WithoutCancel(ctx)
+	}
+	var sctx context.Context
+	var cancel context.CancelFunc
+	if o.Timeout > 0 {
+		sctx, cancel = context.WithTimeout(base, o.Timeout)
+	} else {
+		sctx, cancel = context.WithCancel(base)
+	}
+	started := time.Now()
+	stream, err := c.Start(sctx, req)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0}
+	if o.Stdin != nil {
+		if len(*o.Stdin) > 0 {
+			if err := c.SendStdin(ctx, e.pid, []byte(*o.Stdin)); err != nil {
+				e.Close()
+				return nil, fmt.Errorf("write stdin: %w", err)
+			}
+		}
+		if err := c.CloseStdin(ctx, e.pid); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("close stdin: %w", err)
+		}
+	}
+	if o.Background && o.Timeout > 0 {
+		// Hold the stream so that the agent's deadline kills the command on time.
+		go func() {
+			defer e.Close()
+			for {
+				if _, err := e.Next(); err != nil {
+					return
+				}
+				if e.done {
+					return
+				}
+			}
+		}()
+		return &Execution{pid: e.pid, ctx: sctx, cancel: func() {}, done: true}, nil
+	}
+	return e, nil
+}
+
+// Attach follows a process's output from its start (as far as the agent kept it), then live.
+func (m *Manager) Attach(ctx context.Context, tenant, id string, pid uint32) (*Execution, error) {
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancel(ctx)
+	stream, err := c.Connect(sctx, pid)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &Execution{pid: pid, stream: stream, ctx: sctx, cancel: cancel, started: time.Now()}, nil
+}
+
+// Processes lists the sandbox's processes started through the agent.
+func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]agent.ProcessInfo, error) {
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	return c.Processes(ctx)
+}
+
+// Stdin writes data to a process's stdin and, if eof, closes it.
+func (m *Manager) Stdin(ctx context.Context, tenant, id string, pid uint32, r io.Reader, eof bool) error {
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, 32<<10)
+	for {
+		n, rerr := r.Read(buf)
+		if n > 0 {
+			if err := c.SendStdin(ctx, pid, buf[:n]); err != nil {
+				return err
+			}
+		}
+		if rerr == io.EOF {
+			break
+		}
+		if rerr != nil {
+			return fmt.Errorf("read stdin body: %w", rerr)
+		}
+	}
+	if eof {
+		return c.CloseStdin(ctx, pid)
+	}
+	return nil
+}
+
+// Signal sends sig to a process (and its process group).
+func (m *Manager) Signal(ctx context.Context, tenant, id string, pid uint32, sig syscall.Signal) error {
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return err
+	}
+	return c.Signal(ctx, pid, sig)
+}
+
+// Resize changes a PTY process's terminal size.
+func (m *Manager) Resize(ctx context.Context, tenant, id string, pid uint32, size agent.PTYSize) error {
+	if size.Cols == 0 || size.Rows == 0 {
+		return errdefs.InvalidArgument("resize: cols and rows must be positive")
+	}
+	c, err := m.client(tenant, id)
+	if err != nil {
+		return err
+	}
+	return c.Resize(ctx, pid, size)
+}

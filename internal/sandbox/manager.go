@@ -1,0 +1,241 @@
+package sandbox
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/netip"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// SlotPool hands out network slots; network.Pool implements it.
+type SlotPool interface {
+	Acquire(ctx context.Context) (*network.Slot, error)
+	Adopt(ctx context.Context, index int) (*network.Slot, error)
+	Release(ctx context.Context, s *network.Slot) error
+}
+
+// TemplateFunc returns the root filesystem directory of a template, building it if needed. An
+// unknown name yields an error wrapping errdefs.ErrNotFound.
+type TemplateFunc func(ctx context.Context, name string) (rootfs string, err error)
+
+// Config holds the Manager's dependencies and tuning.
+type Config struct {
+	Store          store.Store
+	Drivers        map[string]runtime.Driver // by name
+	DefaultRuntime string
+	Slots          SlotPool
+	Templates      TemplateFunc
+	AgentPath      string
+	Logger         *slog.Logger
+
+	DefaultTemplate string
+	DefaultTimeout  time.Duration
+	MaxTimeout      time.Duration
+	MaxPerTenant    int
+	DefaultEgress   string
+	ReapInterval    time.Duration // how often expiry is checked (default 1s)
+	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
+	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
+
+	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
+	// run a fake driver override it.
+	AgentURL func(s *network.Slot) string
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+// Manager owns every sandbox of this spaced instance.
+type Manager struct {
+	cfg    Config
+	log    *slog.Logger
+	events broker
+
+	mu    sync.Mutex
+	boxes map[string]*box
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// box is the in-memory side of one sandbox. Its mutex serialises lifecycle operations on it; rec
+// is the persisted truth and is changed only through setState/save.
+type box struct {
+	mu     sync.Mutex
+	rec    store.Sandbox
+	spec   Spec
+	slot   *network.Slot
+	client *agent.Client
+}
+
+// New returns a Manager. Call Recover before serving and Close on shutdown.
+func New(cfg Config) (*Manager, error) {
+	if cfg.Store == nil || cfg.Slots == nil || cfg.Templates == nil || len(cfg.Drivers) == 0 {
+		return nil, fmt.Errorf("sandbox manager: store, slots, templates and a driver are required")
+	}
+	if _, ok := cfg.Drivers[cfg.DefaultRuntime]; !ok {
+		return nil, fmt.Errorf("sandbox manager: default runtime %q is not configured", cfg.DefaultRuntime)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.DefaultTemplate == "" {
+		cfg.DefaultTemplate = "minimal"
+	}
+	if cfg.DefaultTimeout == 0 {
+		cfg.DefaultTimeout = 300 * time.Second
+	}
+	if cfg.MaxTimeout == 0 {
+		cfg.MaxTimeout = 24 * time.Hour
+	}
+	if cfg.MaxPerTenant == 0 {
+		cfg.MaxPerTenant = 100
+	}
+	if cfg.DefaultEgress == "" {
+		cfg.DefaultEgress = "deny"
+	}
+	if cfg.ReapInterval == 0 {
+		cfg.ReapInterval = time.Second
+	}
+	if cfg.HealthInterval == 0 {
+		cfg.HealthInterval = 10 * time.Second
+	}
+	if cfg.ReadyTimeout == 0 {
+		cfg.ReadyTimeout = 30 * time.Second
+	}
+	if cfg.AgentURL == nil {
+		cfg.AgentURL = func(s *network.Slot) string {
+			return fmt.Sprintf("http://%s", netip.AddrPortFrom(s.GuestIP.Addr(), runtime.AgentPort))
+		}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, stop: make(chan struct{})}, nil
+}
+
+// Start launches the reaper. Recover should have run first.
+func (m *Manager) Start() {
+	m.wg.Add(1)
+	go m.reaper()
+}
+
+// Close stops background work. Sandboxes keep running: they outlive spaced.
+func (m *Manager) Close() {
+	select {
+	case <-m.stop:
+	default:
+		close(m.stop)
+	}
+	m.wg.Wait()
+}
+
+// Subscribe returns lifecycle events for tenant ("" for all tenants).
+func (m *Manager) Subscribe(tenant string) *Subscription { return m.events.subscribe(tenant) }
+
+func (m *Manager) publish(typ string, rec store.Sandbox, reason string) {
+	m.events.publish(Event{Type: typ, SandboxID: rec.ID, Tenant: rec.Tenant, Time: m.cfg.Now().UTC(), Reason: reason})
+}
+
+// Runtimes reports each configured driver and whether this host can run it.
+func (m *Manager) Runtimes(ctx context.Context) (list []RuntimeInfo, def string) {
+	for name, d := range m.cfg.Drivers {
+		ri := RuntimeInfo{Name: name, Available: true}
+		if err := d.Available(ctx); err != nil {
+			ri.Available, ri.Reason = false, err.Error()
+		}
+		list = append(list, ri)
+	}
+	return list, m.cfg.DefaultRuntime
+}
+
+// RuntimeInfo is one entry of /v1/info's runtimes.
+type RuntimeInfo struct {
+	Name      string
+	Available bool
+	Reason    string
+}
+
+var idRE = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
+
+// ValidID reports whether id has the form of a sandbox ID.
+func ValidID(id string) bool { return idRE.MatchString(id) }
+
+func newID(prefix string, n int) string {
+	const alphabet = "0123456789abcdefghijklmnopqrstuvwxyz"
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err) // crypto/rand never fails on Linux
+	}
+	for i := range b {
+		b[i] = alphabet[int(b[i])%len(alphabet)]
+	}
+	return prefix + string(b)
+}
+
+func newToken() string {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// lookup finds a live sandbox of tenant; others' sandboxes are not found.
+func (m *Manager) lookup(tenant, id string) (*box, error) {
+	if !ValidID(id) {
+		return nil, errdefs.InvalidArgument(fmt.Sprintf("%q is not a sandbox ID", id))
+	}
+	m.mu.Lock()
+	b, ok := m.boxes[id]
+	m.mu.Unlock()
+	if !ok || (tenant != "" && b.rec.Tenant != tenant) {
+		return nil, errdefs.NotFound(fmt.Sprintf("sandbox %s not found", id))
+	}
+	return b, nil
+}
+
+// setState moves b to state `to` through the guard and persists it before returning.
+// The caller holds b.mu.
+func (m *Manager) setState(ctx context.Context, b *box, to State, reason string) error {
+	if err := checkTransition(State(b.rec.State), to); err != nil {
+		return err
+	}
+	prev := b.rec
+	b.rec.State = string(to)
+	b.rec.Error = reason
+	b.rec.UpdatedAt = m.cfg.Now().UTC()
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		b.rec = prev
+		return fmt.Errorf("persist state %s: %w", to, err)
+	}
+	return nil
+}
+
+func (m *Manager) newHTTPClient() *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+	}}
+}
+
+func encodeSpec(s Spec) json.RawMessage {
+	b, err := json.Marshal(s)
+	if err != nil {
+		panic(err) // Spec holds only plain data
+	}
+	return b
+}

@@ -1,0 +1,86 @@
+package sandbox
+
+import (
+	"context"
+	"time"
+
+	"github.com/space-sandbox/space/internal/runtime"
+)
+
+// reaper removes expired sandboxes and notices runtimes that died.
+func (m *Manager) reaper() {
+	defer m.wg.Done()
+	tick := time.NewTicker(m.cfg.ReapInterval)
+	defer tick.Stop()
+	lastHealth := m.cfg.Now()
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-tick.C:
+		}
+		ctx := context.Background()
+		now := m.cfg.Now()
+		for _, b := range m.expired(now) {
+			if err := m.remove(ctx, b, EventExpired, "timeout"); err != nil {
+				m.log.Error("remove expired sandbox", "id", b.rec.ID, "err", err)
+			}
+		}
+		if now.Sub(lastHealth) >= m.cfg.HealthInterval {
+			lastHealth = now
+			m.checkHealth(ctx)
+		}
+	}
+}
+
+func (m *Manager) snapshotBoxes() []*box {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]*box, 0, len(m.boxes))
+	for _, b := range m.boxes {
+		out = append(out, b)
+	}
+	return out
+}
+
+func (m *Manager) expired(now time.Time) []*box {
+	var out []*box
+	for _, b := range m.snapshotBoxes() {
+		if !b.mu.TryLock() {
+			continue // busy: look again next tick
+		}
+		if State(b.rec.State) == StateRunning && !b.rec.ExpiresAt.IsZero() && now.After(b.rec.ExpiresAt) {
+			out = append(out, b)
+		}
+		b.mu.Unlock()
+	}
+	return out
+}
+
+// checkHealth marks running sandboxes whose runtime is gone as crashed and frees their resources.
+func (m *Manager) checkHealth(ctx context.Context) {
+	for _, b := range m.snapshotBoxes() {
+		if !b.mu.TryLock() {
+			continue
+		}
+		if State(b.rec.State) != StateRunning {
+			b.mu.Unlock()
+			continue
+		}
+		st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, b.rec.ID)
+		if err == nil && st != runtime.StateRunning {
+			m.log.Warn("sandbox runtime died", "id", b.rec.ID, "state", st)
+			m.crashed(ctx, b, "runtime is "+string(st))
+		}
+		b.mu.Unlock()
+	}
+}
+
+// crashed moves b to error after its runtime died and frees what it held. The caller holds b.mu.
+func (m *Manager) crashed(ctx context.Context, b *box, reason string) {
+	_ = m.teardown(ctx, b)
+	if err := m.setState(ctx, b, StateError, reason); err != nil {
+		m.log.Error("mark crashed", "id", b.rec.ID, "err", err)
+	}
+	m.publish(EventCrashed, b.rec, reason)
+}

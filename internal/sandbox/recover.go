@@ -1,0 +1,102 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Recover re-adopts the sandboxes of an earlier spaced on the same home: running ones are taken
+// over untouched, ones caught half-created or half-deleted are finished off, ones whose runtime
+// died are marked crashed, and runtime state no record knows of is removed. Call it once, before
+// serving.
+func (m *Manager) Recover(ctx context.Context) error {
+	recs, err := m.cfg.Store.ListSandboxes(ctx, store.SandboxFilter{})
+	if err != nil {
+		return fmt.Errorf("recover: list sandboxes: %w", err)
+	}
+	known := map[string]bool{}
+	for _, rec := range recs {
+		known[rec.ID] = true
+		spec, err := decodeSpec(rec.Spec)
+		if err != nil {
+			return err
+		}
+		b := &box{rec: rec, spec: spec}
+		m.adopt(ctx, b)
+	}
+	for name, drv := range m.cfg.Drivers {
+		ids, err := drv.List(ctx)
+		if err != nil {
+			return fmt.Errorf("recover: list %s sandboxes: %w", name, err)
+		}
+		for _, id := range ids {
+			if !known[id] {
+				m.log.Warn("removing runtime state with no record", "runtime", name, "id", id)
+				if err := drv.Delete(ctx, id); err != nil {
+					m.log.Error("remove orphan", "id", id, "err", err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// adopt takes over one recorded sandbox.
+func (m *Manager) adopt(ctx context.Context, b *box) {
+	drv, ok := m.cfg.Drivers[b.rec.Runtime]
+	if !ok {
+		m.log.Error("sandbox of an unconfigured runtime; leaving it alone", "id", b.rec.ID, "runtime", b.rec.Runtime)
+		return
+	}
+	if b.rec.SlotIndex >= 0 {
+		if s, err := m.cfg.Slots.Adopt(ctx, b.rec.SlotIndex); err == nil {
+			b.slot = s
+		} else {
+			m.log.Warn("network slot gone", "id", b.rec.ID, "slot", b.rec.SlotIndex, "err", err)
+		}
+	}
+	state := State(b.rec.State)
+	switch state {
+	case StateCreating, StateDeleting:
+		m.log.Info("finishing interrupted operation", "id", b.rec.ID, "state", state)
+		_ = m.teardown(ctx, b)
+		if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+			m.log.Error("remove record", "id", b.rec.ID, "err", err)
+		}
+		return
+	case StateError:
+		m.register(b)
+		return
+	}
+	st, err := drv.State(ctx, b.rec.ID)
+	if err == nil && st == runtime.StateRunning && b.slot != nil {
+		b.client = agent.NewClient(m.cfg.AgentURL(b.slot), b.rec.AccessToken, m.newHTTPClient())
+		if state != StateRunning {
+			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs.
+			b.rec.State = string(StateRunning)
+			if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+				m.log.Error("persist adopted state", "id", b.rec.ID, "err", err)
+			}
+		}
+		m.register(b)
+		m.log.Info("re-adopted sandbox", "id", b.rec.ID)
+		return
+	}
+	m.register(b)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.rec.State != string(StateRunning) {
+		b.rec.State = string(StateRunning) // so the guard allows running → error
+	}
+	m.crashed(ctx, b, fmt.Sprintf("runtime not running after restart (state %s, err %v)", st, err))
+}
+
+func (m *Manager) register(b *box) {
+	m.mu.Lock()
+	m.boxes[b.rec.ID] = b
+	m.mu.Unlock()
+}

@@ -1,0 +1,145 @@
+package sandbox
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Resources are a sandbox's limits as the API names them.
+type Resources struct {
+	VCPUs     int   `json:"vcpus"`
+	MemoryMiB int64 `json:"memory_mib"`
+	DiskMiB   int64 `json:"disk_mib"`
+}
+
+// Egress is a sandbox's egress policy (enforced by the egress gateway; until it exists, egress is
+// closed whatever the policy says).
+type Egress struct {
+	Default string   `json:"default"`
+	Allow   []string `json:"allow"`
+	Deny    []string `json:"deny"`
+}
+
+// Network is a sandbox's network settings.
+type Network struct {
+	Egress      Egress   `json:"egress"`
+	Credentials []string `json:"credentials"`
+}
+
+// Parent names what a sandbox was made from.
+type Parent struct {
+	SandboxID  string `json:"sandbox_id,omitempty"`
+	SnapshotID string `json:"snapshot_id,omitempty"`
+}
+
+// Spec is the part of a sandbox's creation request kept in the store as JSON.
+type Spec struct {
+	Resources Resources `json:"resources"`
+	Network   Network   `json:"network"`
+	Parent    *Parent   `json:"parent,omitempty"`
+}
+
+// CreateRequest asks for a new sandbox. Zero values take defaults.
+type CreateRequest struct {
+	Template       string
+	Runtime        string
+	TimeoutSeconds *int
+	OnTimeout      string
+	Env            map[string]string
+	Metadata       map[string]string
+	Resources      Resources
+	Network        *Network
+	FromSnapshot   string
+}
+
+// Info is a sandbox as the API shows it.
+type Info struct {
+	ID        string
+	Tenant    string
+	State     State
+	Template  string
+	Runtime   string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	Metadata  map[string]string
+	Spec      Spec
+	Error     string
+	OnTimeout string
+}
+
+func infoOf(rec store.Sandbox, spec Spec) Info {
+	md := rec.Metadata
+	if md == nil {
+		md = map[string]string{}
+	}
+	return Info{
+		ID: rec.ID, Tenant: rec.Tenant, State: State(rec.State), Template: rec.Template,
+		Runtime: rec.Runtime, CreatedAt: rec.CreatedAt, ExpiresAt: rec.ExpiresAt,
+		Metadata: md, Spec: spec, Error: rec.Error, OnTimeout: rec.OnTimeout,
+	}
+}
+
+var (
+	envKeyRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	hostRE    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+	maxMapLen = 64
+)
+
+// validateMap checks metadata or env maps: count, key shape and sizes.
+func validateMap(field string, m map[string]string, keyRE *regexp.Regexp) error {
+	if len(m) > maxMapLen {
+		return errdefs.InvalidArgument(fmt.Sprintf("%s: at most %d entries", field, maxMapLen))
+	}
+	for k, v := range m {
+		if len(k) == 0 || len(k) > 128 || (keyRE != nil && !keyRE.MatchString(k)) {
+			return errdefs.InvalidArgument(fmt.Sprintf("%s: invalid key %q", field, k))
+		}
+		if len(v) > 4096 || strings.ContainsRune(v, 0) {
+			return errdefs.InvalidArgument(fmt.Sprintf("%s: value of %q is too long or contains NUL", field, k))
+		}
+	}
+	return nil
+}
+
+// validateNetwork checks the shape of a network spec.
+func validateNetwork(n Network) error {
+	switch n.Egress.Default {
+	case "deny", "allow":
+	default:
+		return errdefs.InvalidArgument(fmt.Sprintf("network.egress.default %q: want deny or allow", n.Egress.Default))
+	}
+	for _, list := range [][]string{n.Egress.Allow, n.Egress.Deny} {
+		if len(list) > 256 {
+			return errdefs.InvalidArgument("network.egress: at most 256 entries per list")
+		}
+		for _, h := range list {
+			if !hostRE.MatchString(strings.ToLower(h)) {
+				return errdefs.InvalidArgument(fmt.Sprintf("network.egress: %q is not a host name or *.wildcard", h))
+			}
+		}
+	}
+	if len(n.Credentials) > 0 {
+		// Secrets and the gateway that injects them come with the egress issue.
+		return errdefs.InvalidArgument(fmt.Sprintf("network.credentials: unknown secret %q", n.Credentials[0]))
+	}
+	return nil
+}
+
+func validateResources(r Resources) error {
+	if r.VCPUs < 0 || r.VCPUs > 64 {
+		return errdefs.InvalidArgument("resources.vcpus: want 1..64")
+	}
+	if r.MemoryMiB != 0 && (r.MemoryMiB < 64 || r.MemoryMiB > 262144) {
+		return errdefs.InvalidArgument("resources.memory_mib: want 64..262144")
+	}
+	if r.DiskMiB != 0 && (r.DiskMiB < 64 || r.DiskMiB > 1<<20) {
+		return errdefs.InvalidArgument("resources.disk_mib: want 64..1048576")
+	}
+	return nil
+}

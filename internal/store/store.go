@@ -1,0 +1,71 @@
+// Package store keeps SPACE's control-plane state (API keys, sandboxes, events) behind the Store
+// interface. The embedded SQLite implementation is in store/sqlite; a Postgres one can follow for
+// several nodes. Every implementation must pass store/storetest. Only the sandbox lifecycle and
+// the API's authentication read or write the store.
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// APIKey is a stored API key. The key itself is never stored, only its SHA-256 hash.
+type APIKey struct {
+	ID        string
+	Hash      string // hex SHA-256 of the key
+	Tenant    string
+	Admin     bool
+	CreatedAt time.Time
+}
+
+// Sandbox is the stored record of one sandbox. The sandbox lifecycle is its only writer.
+type Sandbox struct {
+	ID             string
+	Tenant         string
+	State          string
+	Template       string
+	Runtime        string
+	CreatedAt      time.Time
+	UpdatedAt      time.Time
+	ExpiresAt      time.Time
+	TimeoutSeconds int
+	OnTimeout      string
+	Metadata       map[string]string
+	Env            map[string]string
+	AccessToken    string
+	SlotIndex      int // network slot lease index, -1 if none
+	// Spec holds the rest of the creation request (resources, network, parent) as JSON, so that
+	// fields can be added without a migration.
+	Spec json.RawMessage
+	// Error is a human-readable reason when State is "error".
+	Error string
+}
+
+// SandboxFilter selects sandboxes in List. Empty fields match everything.
+type SandboxFilter struct {
+	Tenant   string
+	States   []string
+	Metadata map[string]string
+}
+
+// Store is SPACE's state. Implementations are safe for concurrent use.
+//
+// Errors: lookups of missing records return an error wrapping errdefs.ErrNotFound; creating a
+// record whose ID exists returns one wrapping errdefs.ErrAlreadyExists.
+type Store interface {
+	CreateAPIKey(ctx context.Context, k APIKey) error
+	// APIKeyByHash finds a key by the hex SHA-256 of its secret.
+	APIKeyByHash(ctx context.Context, hash string) (APIKey, error)
+	ListAPIKeys(ctx context.Context) ([]APIKey, error)
+
+	CreateSandbox(ctx context.Context, s Sandbox) error
+	// UpdateSandbox replaces the record with ID s.ID.
+	UpdateSandbox(ctx context.Context, s Sandbox) error
+	GetSandbox(ctx context.Context, id string) (Sandbox, error)
+	// ListSandboxes returns matching sandboxes ordered by creation time.
+	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
+	DeleteSandbox(ctx context.Context, id string) error
+
+	Close() error
+}

@@ -1,0 +1,506 @@
+// Package template owns the template root filesystems of one spaced instance: read-only directory
+// trees that runtime drivers use as the lower layer of every sandbox. Each template is built by a
+// recipe into <Dir>/<name>/<version>/rootfs, where version is a hash of everything the recipe
+// reads, so a template is rebuilt only when its inputs change. Builds happen in a temporary
+// directory that is renamed into place, so a half-built template never looks done. Imported by
+// the sandbox lifecycle and cmd/spaced; it imports nothing of SPACE but errdefs.
+package template
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// Config configures a Store.
+type Config struct {
+	Dir     string // where templates live, normally SPACE_HOME/templates
+	Busybox string // host path of a statically linked busybox; default /bin/busybox
+	Logger  *slog.Logger
+}
+
+// Template is one built template.
+type Template struct {
+	Name      string
+	Version   string // recipe hash; changes whenever the template is rebuilt from other inputs
+	RootFS    string // absolute path of the root filesystem directory; read-only for everyone
+	SizeBytes int64  // apparent size of the files in RootFS
+	CreatedAt time.Time
+	Parent    string // template this one is layered on; empty for base templates
+}
+
+// Store builds and finds templates. It is safe for concurrent use; concurrent Ensure calls for
+// one template share a single build, also across processes that share Dir (a lock file).
+type Store struct {
+	dir     string
+	busybox string
+	log     *slog.Logger
+	recipes map[string]recipe
+
+	mu       sync.Mutex
+	inflight map[string]*ensureCall
+	digests  map[fileKey]string // content hashes of recipe inputs, keyed by identity and mtime
+}
+
+type ensureCall struct {
+	done chan struct{}
+	tmpl Template
+	err  error
+}
+
+// recipe builds one template. inputs returns the bytes that identify everything the build reads
+// besides the recipe itself; the template's version is a hash of name, recipe version and inputs.
+type recipe struct {
+	version int
+	inputs  func(s *Store) ([]byte, error)
+	build   func(ctx context.Context, s *Store, rootfs string) error
+}
+
+// metaFile is written next to rootfs inside each version directory before it is renamed into
+// place.
+const metaFile = "template.json"
+
+type meta struct {
+	Name      string    `json:"name"`
+	Version   string    `json:"version"`
+	SizeBytes int64     `json:"sizeBytes"`
+	CreatedAt time.Time `json:"createdAt"`
+	Parent    string    `json:"parent,omitempty"`
+}
+
+// New returns a Store rooted at cfg.Dir, creating the directory if needed.
+func New(cfg Config) (*Store, error) {
+	if cfg.Dir == "" {
+		return nil, errdefs.InvalidArgument("template: Dir is required")
+	}
+	dir, err := filepath.Abs(cfg.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("template: %w", err)
+	}
+	if cfg.Busybox == "" {
+		cfg.Busybox = "/bin/busybox"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("template: create %s: %w", dir, err)
+	}
+	return &Store{
+		dir:      dir,
+		busybox:  cfg.Busybox,
+		log:      cfg.Logger,
+		recipes:  map[string]recipe{"minimal": minimalRecipe()},
+		inflight: map[string]*ensureCall{},
+		digests:  map[fileKey]string{},
+	}, nil
+}
+
+// Ensure returns the template called name, building it first if it is missing or its inputs have
+// changed since it was built. Older versions of the template that no mount uses any more are
+// removed. Unknown names give an error wrapping errdefs.ErrNotFound.
+func (s *Store) Ensure(ctx context.Context, name string) (Template, error) {
+	rec, ok := s.recipes[name]
+	if !ok {
+		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	}
+	s.mu.Lock()
+	call, running := s.inflight[name]
+	if !running {
+		call = &ensureCall{done: make(chan struct{})}
+		s.inflight[name] = call
+		// The build finishes even if this caller gives up: others may be waiting for it, and a
+		// finished build is never wasted.
+		go func() {
+			call.tmpl, call.err = s.ensure(context.WithoutCancel(ctx), name, rec)
+			s.mu.Lock()
+			delete(s.inflight, name)
+			s.mu.Unlock()
+			close(call.done)
+		}()
+	}
+	s.mu.Unlock()
+	select {
+	case <-call.done:
+		return call.tmpl, call.err
+	case <-ctx.Done():
+		return Template{}, fmt.Errorf("template %q: %w", name, context.Cause(ctx))
+	}
+}
+
+// ensure does the work of Ensure for one caller at a time per name in this process; the lock
+// file extends that to other processes.
+func (s *Store) ensure(ctx context.Context, name string, rec recipe) (Template, error) {
+	version, err := s.version(name, rec)
+	if err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	nameDir := filepath.Join(s.dir, name)
+	if err := os.MkdirAll(nameDir, 0o755); err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	unlock, err := lockFile(filepath.Join(s.dir, "."+name+".lock"))
+	if err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	defer unlock()
+
+	tmpl, err := s.load(name, version)
+	switch {
+	case err == nil:
+	case errors.Is(err, fs.ErrNotExist):
+		if tmpl, err = s.build(ctx, name, version, rec); err != nil {
+			return Template{}, fmt.Errorf("template %q: %w", name, err)
+		}
+	default:
+		return Template{}, fmt.Errorf("template %q: %w", name, err)
+	}
+	s.removeOld(nameDir, version)
+	return tmpl, nil
+}
+
+// version hashes the recipe's identity and inputs into a short directory name.
+func (s *Store) version(name string, rec recipe) (string, error) {
+	in, err := rec.inputs(s)
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "space template %s recipe v%d\x00", name, rec.version)
+	h.Write(in)
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
+// load reads a complete version directory; fs.ErrNotExist means it was never built.
+func (s *Store) load(name, version string) (Template, error) {
+	vdir := filepath.Join(s.dir, name, version)
+	b, err := os.ReadFile(filepath.Join(vdir, metaFile))
+	if err != nil {
+		return Template{}, err
+	}
+	var m meta
+	if err := json.Unmarshal(b, &m); err != nil {
+		return Template{}, fmt.Errorf("read %s: %w", filepath.Join(vdir, metaFile), err)
+	}
+	return Template{
+		Name:      m.Name,
+		Version:   m.Version,
+		RootFS:    filepath.Join(vdir, "rootfs"),
+		SizeBytes: m.SizeBytes,
+		CreatedAt: m.CreatedAt,
+		Parent:    m.Parent,
+	}, nil
+}
+
+// build runs the recipe in a temporary directory and renames it into place. The rename is the
+// commit point: before it nothing under the version's name exists.
+func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Template, error) {
+	start := time.Now()
+	s.log.InfoContext(ctx, "building template", "template", name, "version", version)
+	nameDir := filepath.Join(s.dir, name)
+	tmp, err := os.MkdirTemp(nameDir, ".tmp-"+version+"-")
+	if err != nil {
+		return Template{}, err
+	}
+	committed := false
+	defer func() {
+		if !committed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return Template{}, err
+	}
+	rootfs := filepath.Join(tmp, "rootfs")
+	if err := os.Mkdir(rootfs, 0o755); err != nil {
+		return Template{}, err
+	}
+	if err := os.Chmod(rootfs, 0o755); err != nil {
+		return Template{}, err
+	}
+	if err := rec.build(ctx, s, rootfs); err != nil {
+		return Template{}, err
+	}
+	size, err := treeSize(rootfs)
+	if err != nil {
+		return Template{}, err
+	}
+	m := meta{Name: name, Version: version, SizeBytes: size, CreatedAt: time.Now().UTC()}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return Template{}, err
+	}
+	if err := os.WriteFile(filepath.Join(tmp, metaFile), append(b, '\n'), 0o644); err != nil {
+		return Template{}, err
+	}
+	// Flush the whole tree before the rename makes it visible, so that a crash never leaves a
+	// complete-looking version with empty files.
+	if err := syncFS(tmp); err != nil {
+		return Template{}, err
+	}
+	final := filepath.Join(nameDir, version)
+	// A directory under the final name without metadata was not made by a build of ours
+	// (renames are atomic); it cannot be trusted.
+	if err := os.RemoveAll(final); err != nil {
+		return Template{}, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		return Template{}, err
+	}
+	committed = true
+	if err := syncDir(nameDir); err != nil {
+		return Template{}, err
+	}
+	s.log.InfoContext(ctx, "built template", "template", name, "version", version,
+		"size_bytes", size, "duration", time.Since(start).Round(time.Millisecond))
+	return s.load(name, version)
+}
+
+// removeOld deletes other versions of a template and leftovers of interrupted builds. A version
+// that is still the lower layer of a mounted overlay stays (running sandboxes use it). The caller
+// holds the template's lock, so no build of this name is in progress.
+func (s *Store) removeOld(nameDir, keep string) {
+	entries, err := os.ReadDir(nameDir)
+	if err != nil {
+		s.log.Warn("list template versions", "dir", nameDir, "err", err)
+		return
+	}
+	var mounts []string
+	for _, e := range entries {
+		if e.Name() == keep {
+			continue
+		}
+		path := filepath.Join(nameDir, e.Name())
+		if !strings.HasPrefix(e.Name(), ".tmp-") {
+			if mounts == nil {
+				mounts = overlayLowerDirs()
+			}
+			if inUse(filepath.Join(path, "rootfs"), mounts) {
+				s.log.Info("keeping old template version: still mounted", "path", path)
+				continue
+			}
+		}
+		if err := os.RemoveAll(path); err != nil {
+			s.log.Warn("remove old template version", "path", path, "err", err)
+			continue
+		}
+		s.log.Info("removed old template version", "path", path)
+	}
+}
+
+// List returns the newest built version of every template in the store, sorted by name. It
+// builds nothing.
+func (s *Store) List(ctx context.Context) ([]Template, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	names, err := os.ReadDir(s.dir)
+	if err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	var out []Template
+	for _, n := range names {
+		if !n.IsDir() || strings.HasPrefix(n.Name(), ".") {
+			continue
+		}
+		versions, err := os.ReadDir(filepath.Join(s.dir, n.Name()))
+		if err != nil {
+			return nil, fmt.Errorf("list templates: %w", err)
+		}
+		var newest *Template
+		for _, v := range versions {
+			if !v.IsDir() || strings.HasPrefix(v.Name(), ".") {
+				continue
+			}
+			t, err := s.load(n.Name(), v.Name())
+			if err != nil {
+				s.log.Warn("skipping unreadable template version", "template", n.Name(), "version", v.Name(), "err", err)
+				continue
+			}
+			if newest == nil || t.CreatedAt.After(newest.CreatedAt) {
+				newest = &t
+			}
+		}
+		if newest != nil {
+			out = append(out, *newest)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// fileKey identifies one version of a host file cheaply, to avoid rehashing it on every Ensure.
+type fileKey struct {
+	path     string
+	dev, ino uint64
+	size     int64
+	mtime    int64
+	ctime    int64
+}
+
+// digest returns the hex SHA-256 of a file's content, cached while the file is unchanged.
+func (s *Store) digest(path string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return "", &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	key := fileKey{path: path, dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+	s.mu.Lock()
+	d, ok := s.digests[key]
+	s.mu.Unlock()
+	if ok {
+		return d, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := f.WriteTo(h); err != nil {
+		return "", fmt.Errorf("hash %s: %w", path, err)
+	}
+	d = hex.EncodeToString(h.Sum(nil))
+	s.mu.Lock()
+	s.digests[key] = d
+	s.mu.Unlock()
+	return d, nil
+}
+
+func treeSize(root string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.Type().IsRegular() {
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			n += info.Size()
+		}
+		return nil
+	})
+	return n, err
+}
+
+// lockFile takes an exclusive flock on path, creating it, and returns the unlock function.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
+}
+
+func syncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
+	}
+	return nil
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+// overlayLowerDirs returns the lowerdir option of every overlay mount this process can see.
+func overlayLowerDirs() []string {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for line := range strings.SplitSeq(string(b), "\n") {
+		_, rest, ok := strings.Cut(line, " - ")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(rest) // fstype source superoptions
+		if len(f) < 3 || f[0] != "overlay" {
+			continue
+		}
+		for opt := range strings.SplitSeq(f[2], ",") {
+			if v, ok := strings.CutPrefix(opt, "lowerdir="); ok {
+				out = append(out, v)
+			}
+		}
+	}
+	return out
+}
+
+// inUse reports whether dir is one of the colon-separated layers of any lowerdir option.
+func inUse(dir string, lowerdirs []string) bool {
+	for _, l := range lowerdirs {
+		for layer := range strings.SplitSeq(l, ":") {
+			if unescapeMount(layer) == dir {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// unescapeMount undoes the octal escapes (\040 etc.) of /proc/self/mountinfo.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			var v byte
+			ok := true
+			for _, c := range []byte(s[i+1 : i+4]) {
+				if c < '0' || c > '7' {
+					ok = false
+					break
+				}
+				v = v*8 + (c - '0')
+			}
+			if ok {
+				b.WriteByte(v)
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+)
+
+// CreateSandbox creates a sandbox and returns it once it is running.
+func (c *Client) CreateSandbox(ctx context.Context, req CreateSandboxRequest) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodPost, path: "/v1/sandboxes", json: req}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// GetSandbox returns the sandbox id.
+func (c *Client) GetSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id)}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ListSandboxes returns the caller's sandboxes that match opts.
+func (c *Client) ListSandboxes(ctx context.Context, opts ListSandboxesOptions) ([]Sandbox, error) {
+	q := url.Values{}
+	if opts.State != "" {
+		q.Set("state", opts.State)
+	}
+	for k, v := range opts.Metadata {
+		q.Set("metadata."+k, v)
+	}
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/sandboxes", query: q}, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}
+
+// DeleteSandbox deletes the sandbox id and everything in it.
+func (c *Client) DeleteSandbox(ctx context.Context, id string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: sandboxPath(id)}, nil)
+}
+
+// SetTimeout makes the sandbox expire seconds from now.
+func (c *Client) SetTimeout(ctx context.Context, id string, seconds int) (*Sandbox, error) {
+	body := struct {
+		TimeoutSeconds int `json:"timeout_seconds"`
+	}{seconds}
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/timeout"), json: body}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// UpdateNetwork replaces the egress policy of the running sandbox id.
+func (c *Client) UpdateNetwork(ctx context.Context, id string, egress Egress) (*Sandbox, error) {
+	body := struct {
+		Egress Egress `json:"egress"`
+	}{egress}
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodPatch, path: sandboxPath(id, "/network"), json: body}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// PauseSandbox pauses the sandbox id; its memory, processes and files are durable on return.
+func (c *Client) PauseSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/pause")}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
+
+// ResumeSandbox resumes the paused sandbox id where it stopped.
+func (c *Client) ResumeSandbox(ctx context.Context, id string) (*Sandbox, error) {
+	var sb Sandbox
+	if err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/resume")}, &sb); err != nil {
+		return nil, err
+	}
+	return &sb, nil
+}
