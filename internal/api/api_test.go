@@ -444,7 +444,7 @@ func TestBackgroundProcess(t *testing.T) {
 func TestFiles(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
-	dir := t.TempDir() // the fake sandbox shares the host filesystem
+	dir := t.TempDir()                                      // the fake sandbox shares the host filesystem
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
 	r := e.do("PUT", "/v1/sandboxes/"+id+"/files?path="+dir+"/a/b/data.bin&mode=0600", string(data))
 	if r.status != 201 {
