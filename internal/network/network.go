@@ -109,7 +109,7 @@ type Pool struct {
 	leftover map[int]*Slot // in use by an earlier process, not adopted yet
 	next     int           // where the next lease search starts (round robin)
 	closed   bool
-	ops      sync.WaitGroup // Acquire calls in flight; Close waits for them
+	ops      sync.WaitGroup // Acquire and Adopt calls in flight; Close waits for them
 
 	wake chan struct{} // asks the filler to top up the pool
 	stop context.CancelFunc
@@ -145,8 +145,10 @@ func NewPool(ctx context.Context, cfg Config) (*Pool, error) {
 	if err := installRules(cfg.Instance); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
+	// What cannot be removed now keeps its lease (so its addresses stay unused) and is tried
+	// again at the next start; it does not stop this one.
 	if err := p.reclaim(ctx); err != nil {
-		return nil, fmt.Errorf("network: reclaim: %w", err)
+		p.log.WarnContext(ctx, "network: reclaim stale slots", "err", err)
 	}
 	fillCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	p.stop = stop
@@ -209,8 +211,10 @@ func (p *Pool) Adopt(ctx context.Context, index int) (*Slot, error) {
 	}
 	s, ok := p.leftover[index]
 	if ok {
-		delete(p.leftover, index) // claimed by this call; put back below if it stays adoptable
+		delete(p.leftover, index) // claimed by this call
 	}
+	p.ops.Add(1) // Close waits, so it sees this slot in use or not at all
+	defer p.ops.Done()
 	p.mu.Unlock()
 	if !ok {
 		return nil, fmt.Errorf("network: adopt slot %d: no in-use slot of this instance: %w", index, errdefs.ErrNotFound)

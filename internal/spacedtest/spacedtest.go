@@ -1,0 +1,283 @@
+// Package spacedtest starts the real spaced binary in a temporary home for end-to-end tests and
+// benchmarks, and checks a host for anything an instance left behind (processes, netns, veths,
+// mounts, nftables tables, cgroups, files). Imported by e2e tests and cmd/space-bench only.
+package spacedtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/google/nftables"
+
+	"github.com/space-sandbox/space/pkg/client"
+)
+
+// Options configure a Daemon.
+type Options struct {
+	Bin      string   // directory holding spaced, space-agent, runsc
+	Home     string   // SPACE_HOME; a new temp dir if empty
+	Instance string   // SPACE_INSTANCE; random if empty
+	Listen   string   // SPACE_LISTEN; a free loopback port if empty
+	Key      string   // SPACE_ADMIN_KEY; random if empty
+	Env      []string // extra environment
+	LogFile  string   // where spaced logs go; Home/spaced.log if empty
+}
+
+// Daemon is a running spaced.
+type Daemon struct {
+	Opts   Options
+	URL    string
+	Client *client.Client
+	cmd    *exec.Cmd
+	done   chan error
+	logf   *os.File
+}
+
+// RandomHex returns n random bytes as hex.
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(err)
+	}
+	return hex.EncodeToString(b)
+}
+
+// FreePort returns a loopback address with a port free right now.
+func FreePort() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// Start launches spaced and waits until it serves.
+func Start(ctx context.Context, o Options) (*Daemon, error) {
+	var err error
+	if o.Bin == "" {
+		return nil, errors.New("spacedtest: Bin is required")
+	}
+	if o.Home == "" {
+		if o.Home, err = os.MkdirTemp("", "space-home-"); err != nil {
+			return nil, err
+		}
+	}
+	if o.Instance == "" {
+		o.Instance = RandomHex(2)
+	}
+	if o.Listen == "" {
+		if o.Listen, err = FreePort(); err != nil {
+			return nil, err
+		}
+	}
+	if o.Key == "" {
+		o.Key = "e2b_" + RandomHex(20)
+	}
+	if o.LogFile == "" {
+		o.LogFile = filepath.Join(o.Home, "spaced.log")
+	}
+	d := &Daemon{Opts: o, URL: "http://" + o.Listen, done: make(chan error, 1)}
+	if err := d.launch(ctx); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Daemon) launch(ctx context.Context) error {
+	o := d.Opts
+	logf, err := os.OpenFile(o.LogFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(filepath.Join(o.Bin, "spaced"), "serve")
+	cmd.Env = append(os.Environ(),
+		"SPACE_HOME="+o.Home, "SPACE_LISTEN="+o.Listen, "SPACE_ADMIN_KEY="+o.Key,
+		"SPACE_INSTANCE="+o.Instance, "SPACE_RUNSC="+filepath.Join(o.Bin, "runsc"),
+		"SPACE_AGENT="+filepath.Join(o.Bin, "space-agent"))
+	cmd.Env = append(cmd.Env, o.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("start spaced: %w", err)
+	}
+	d.cmd, d.logf = cmd, logf
+	d.done = make(chan error, 1)
+	go func() { d.done <- cmd.Wait() }()
+	c, err := client.New(d.URL, o.Key)
+	if err != nil {
+		return err
+	}
+	d.Client = c
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		select {
+		case err := <-d.done:
+			d.done <- err
+			return fmt.Errorf("spaced exited during start (%v); log:\n%s", err, d.Log())
+		default:
+		}
+		if r, err := http.Get(d.URL + "/healthz"); err == nil {
+			r.Body.Close()
+			if r.StatusCode == 200 {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			d.Kill()
+			return fmt.Errorf("spaced did not serve within 60s; log:\n%s", d.Log())
+		}
+		select {
+		case <-ctx.Done():
+			d.Kill()
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// PID is spaced's process ID.
+func (d *Daemon) PID() int { return d.cmd.Process.Pid }
+
+// Log returns what spaced has logged so far.
+func (d *Daemon) Log() string {
+	b, _ := os.ReadFile(d.Opts.LogFile)
+	return string(b)
+}
+
+// Stop stops spaced gracefully (SIGTERM) and waits for it.
+func (d *Daemon) Stop() error {
+	if d.cmd == nil {
+		return nil
+	}
+	_ = d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case err := <-d.done:
+		d.cmd = nil
+		d.logf.Close()
+		return err
+	case <-time.After(60 * time.Second):
+		d.Kill()
+		return errors.New("spaced did not stop within 60s of SIGTERM")
+	}
+}
+
+// Kill stops spaced with SIGKILL, as a crash would.
+func (d *Daemon) Kill() {
+	if d.cmd == nil {
+		return
+	}
+	_ = d.cmd.Process.Kill()
+	<-d.done
+	d.cmd = nil
+	d.logf.Close()
+}
+
+// Restart starts spaced again on the same home, port and key.
+func (d *Daemon) Restart(ctx context.Context) error { return d.launch(ctx) }
+
+// Leaks lists what instance (with state under home) has left on the host. Call it after the
+// daemon stopped with no sandboxes; an empty list means clean.
+func Leaks(instance, home string) []string {
+	var out []string
+	if b, err := exec.Command("ip", "netns", "list").Output(); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, "space-"+instance+"-") {
+				out = append(out, "netns "+strings.Fields(l)[0])
+			}
+		}
+	}
+	if ifs, err := net.Interfaces(); err == nil {
+		for _, i := range ifs {
+			if strings.HasPrefix(i.Name, "sp"+instance) {
+				out = append(out, "link "+i.Name)
+			}
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 4 && (strings.HasPrefix(f[4], home+"/") || strings.Contains(f[4], "/space-"+instance+"-")) {
+				out = append(out, "mount "+f[4])
+			}
+		}
+	}
+	if conn, err := nftables.New(); err == nil {
+		if tables, err := conn.ListTables(); err == nil {
+			for _, t := range tables {
+				if t.Name == "space_"+instance {
+					out = append(out, "nftables table space_"+instance)
+				}
+			}
+		}
+	}
+	for _, p := range processesMentioning(home) {
+		out = append(out, "process "+p)
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/space-" + instance); len(m) > 0 {
+		for _, dir := range m {
+			out = append(out, "cgroup "+dir)
+		}
+	}
+	if m, _ := filepath.Glob("/sys/fs/cgroup/*/space-" + instance + "*"); len(m) > 0 {
+		for _, dir := range m {
+			if !contains(out, "cgroup "+dir) {
+				out = append(out, "cgroup "+dir)
+			}
+		}
+	}
+	if entries, err := os.ReadDir("/run/space/net"); err == nil {
+		for _, e := range entries {
+			if b, err := os.ReadFile(filepath.Join("/run/space/net", e.Name())); err == nil && strings.TrimSpace(string(b)) == instance {
+				out = append(out, "lease /run/space/net/"+e.Name())
+			}
+		}
+	}
+	if entries, err := os.ReadDir(filepath.Join(home, "runtime", "gvisor", "sandboxes")); err == nil && len(entries) > 0 {
+		out = append(out, fmt.Sprintf("%d sandbox directories under %s", len(entries), filepath.Join(home, "runtime", "gvisor", "sandboxes")))
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// processesMentioning lists processes whose command line mentions s (runsc keeps its state
+// under the home, so every runsc process of an instance names it).
+func processesMentioning(s string) []string {
+	var out []string
+	dirs, _ := filepath.Glob("/proc/[0-9]*")
+	self := fmt.Sprint(os.Getpid())
+	for _, d := range dirs {
+		if filepath.Base(d) == self {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d, "cmdline"))
+		if err != nil || len(b) == 0 {
+			continue
+		}
+		cmd := strings.ReplaceAll(strings.TrimRight(string(b), "\x00"), "\x00", " ")
+		if strings.Contains(cmd, s) {
+			out = append(out, filepath.Base(d)+" "+cmd)
+		}
+	}
+	return out
+}
