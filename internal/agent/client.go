@@ -102,6 +102,9 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		if err == nil {
 			return nil
 		}
+		if ctx.Err() != nil { // the attempt was cut short by ctx: keep the previous error
+			return notReady(ctx, last)
+		}
 		last = err
 		wait := readyPoll
 		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
@@ -111,10 +114,17 @@ func (c *Client) WaitReady(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("agent not ready: %w (last: %w)", errdefs.ErrUnavailable, last)
+			return notReady(ctx, last)
 		case <-t.C:
 		}
 	}
+}
+
+func notReady(ctx context.Context, last error) error {
+	if last == nil {
+		last = ctx.Err()
+	}
+	return fmt.Errorf("agent not ready: %w (last: %w)", errdefs.ErrUnavailable, last)
 }
 
 // transportError classifies an error of the HTTP client: a context error stays one, anything

@@ -196,7 +196,7 @@ func (c *Client) send(ctx context.Context, r request) (*http.Response, error) {
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("%s %s: %w", r.method, r.path, err)
+		return nil, err // a *url.Error, which names the method and URL
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, decodeError(resp)

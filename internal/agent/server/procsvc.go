@@ -28,9 +28,10 @@ type processService struct {
 }
 
 // Start runs a process and streams start, output and end. The stream is lossless: a slow reader
-// slows the process down (its writes block) instead of losing output. If the request's deadline
-// passes, the process group is killed; if the client merely goes away, the process keeps running
-// and can be reattached with Connect.
+// slows the process down (its writes block) instead of losing output. If the request has a
+// deadline (Connect-Timeout-Ms), the process group is killed when it passes, whether or not the
+// client is still connected; without one, a client that goes away merely detaches: the process
+// keeps running and can be reattached with Connect.
 func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.StartRequest], stream *connect.ServerStream[pb.StartResponse]) error {
 	spec, err := ps.s.buildSpec(userFrom(ctx), req.Msg)
 	if err != nil {
@@ -42,13 +43,15 @@ func (ps *processService) Start(ctx context.Context, req *connect.Request[pb.Sta
 	}
 	defer rd.release()
 	ps.s.log.Debug("process started", "pid", p.pid, "cmd", spec.path)
-	stop := context.AfterFunc(ctx, func() {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+	if dl, ok := ctx.Deadline(); ok {
+		// The deadline bounds the process's life, not just this stream: a client that times
+		// out usually hangs up a moment before the agent's own timer fires.
+		kill := time.AfterFunc(time.Until(dl), func() {
 			ps.s.log.Debug("process deadline passed, killing", "pid", p.pid)
 			_ = ps.s.procs.signal(p, syscall.SIGKILL)
-		}
-	})
-	defer stop()
+		})
+		go func() { <-p.done; kill.Stop() }()
+	}
 	return ps.s.streamProcess(ctx, req.Header(), p, rd, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.StartResponse{Event: ev})
 	})

@@ -1,10 +1,13 @@
 package sqlite
 
 import (
+	"bufio"
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -205,4 +208,73 @@ func schemaVersion(t *testing.T, s *Store) int {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// TestAcknowledgedWritesSurviveKill runs a writer in a child process, kills it with SIGKILL in
+// the middle of its writes, and checks that every write it had acknowledged is in the database.
+func TestAcknowledgedWritesSurviveKill(t *testing.T) {
+	if path := os.Getenv("SPACE_SQLITE_KILL_WRITER"); path != "" {
+		killWriter(path)
+		return
+	}
+	path := filepath.Join(t.TempDir(), "space.db")
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAcknowledgedWritesSurviveKill$")
+	cmd.Env = append(os.Environ(), "SPACE_SQLITE_KILL_WRITER="+path)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(out)
+	var acked []string
+	for sc.Scan() {
+		if id, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+			acked = append(acked, id)
+		}
+		if len(acked) == 200 {
+			cmd.Process.Kill() // SIGKILL, in the middle of the next writes
+			break
+		}
+	}
+	for sc.Scan() { // acknowledgements already in the pipe count too
+		if id, ok := strings.CutPrefix(sc.Text(), "acked "); ok {
+			acked = append(acked, id)
+		}
+	}
+	cmd.Wait() //nolint:errcheck // killed on purpose
+	if len(acked) < 200 {
+		t.Fatalf("writer acknowledged only %d writes before it ended", len(acked))
+	}
+
+	s, err := Open(context.Background(), path, nil)
+	if err != nil {
+		t.Fatalf("Open after kill: %v", err)
+	}
+	defer s.Close()
+	for _, id := range acked {
+		if _, err := s.GetSandbox(context.Background(), id); err != nil {
+			t.Errorf("acknowledged write %s lost: %v", id, err)
+		}
+	}
+}
+
+// killWriter is the child of TestAcknowledgedWritesSurviveKill: it writes until it is killed.
+func killWriter(path string) {
+	ctx := context.Background()
+	s, err := Open(ctx, path, nil)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for i := 0; ; i++ {
+		id := fmt.Sprintf("sbx_%d", i)
+		if err := s.CreateSandbox(ctx, store.Sandbox{ID: id, State: "running", CreatedAt: time.Now()}); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("acked %s\n", id)
+	}
 }

@@ -1,0 +1,304 @@
+// Command space-bench is `make bench`: it measures spaced against the raw floor (plain runsc on a
+// busybox bundle) in the same run and prints medians and ratios. Needs root and the binaries of
+// `make build` (SPACE_BIN, default ./bin).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/space-sandbox/space/internal/spacedtest"
+	"github.com/space-sandbox/space/pkg/client"
+)
+
+func main() {
+	n := flag.Int("n", 20, "iterations per measurement")
+	flag.Parse()
+	bin := os.Getenv("SPACE_BIN")
+	if bin == "" {
+		bin = "bin"
+	}
+	bin, _ = filepath.Abs(bin)
+	if err := run(context.Background(), bin, *n, os.Stdout); err != nil {
+		fmt.Fprintf(os.Stderr, "space-bench: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+type result struct {
+	name          string
+	median, floor time.Duration
+	target        string
+}
+
+func run(ctx context.Context, bin string, n int, out io.Writer) error {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (runsc in root mode, network namespaces)")
+	}
+	fmt.Fprintf(out, "space-bench: %d iterations each; binaries from %s\n", n, bin)
+
+	raw, err := newRawFloor(bin)
+	if err != nil {
+		return err
+	}
+	defer raw.close()
+	fmt.Fprintln(out, "measuring raw floor: runsc run --detach + runsc exec echo …")
+	rawTTI, err := raw.timeToInteractive(ctx, n)
+	if err != nil {
+		return fmt.Errorf("raw tti: %w", err)
+	}
+	fmt.Fprintln(out, "measuring raw floor: runsc exec echo …")
+	rawExec, err := raw.execRoundTrip(ctx, n*2)
+	if err != nil {
+		return fmt.Errorf("raw exec: %w", err)
+	}
+
+	fmt.Fprintln(out, "starting spaced …")
+	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin})
+	if err != nil {
+		return err
+	}
+	home := d.Opts.Home
+	defer func() {
+		d.Stop()
+		if leaks := spacedtest.Leaks(d.Opts.Instance, home); len(leaks) > 0 {
+			fmt.Fprintf(out, "WARNING: left on the host: %v\n", leaks)
+		}
+		os.RemoveAll(home)
+	}()
+	c := d.Client
+
+	fmt.Fprintln(out, "measuring spaced: POST create + first exec output …")
+	var tti []time.Duration
+	for range n {
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+		if err != nil {
+			return err
+		}
+		if err := firstOutput(ctx, c, sb.ID); err != nil {
+			return err
+		}
+		tti = append(tti, time.Since(t0))
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			return err
+		}
+	}
+
+	fmt.Fprintln(out, "measuring spaced: exec round trip (echo hi) …")
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	if err != nil {
+		return err
+	}
+	var rt []time.Duration
+	for i := range n*2 + 5 {
+		t0 := time.Now()
+		res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"echo", "hi"}})
+		if err != nil || res.Stdout != "hi\n" {
+			return fmt.Errorf("exec: %v %+v", err, res)
+		}
+		if i >= 5 { // warm-up
+			rt = append(rt, time.Since(t0))
+		}
+	}
+	if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+		return err
+	}
+
+	fmt.Fprintln(out, "measuring spaced: 10 concurrent creates …")
+	conc, ok, err := concurrentCreates(ctx, c, 10)
+	if err != nil {
+		return err
+	}
+
+	results := []result{
+		{"time to interactive (create + first exec output)", median(tti), median(rawTTI), "≤ 1.0×"},
+		{"exec round trip (echo hi)", median(rt), median(rawExec), "≤ 0.25×"},
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", "measurement", "spaced", "raw floor", "ratio", "target")
+	fmt.Fprintf(out, "|%s|%s|%s|%s|%s|\n", strings.Repeat("-", 52), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 8), strings.Repeat("-", 9))
+	for _, r := range results {
+		fmt.Fprintf(out, "| %-50s | %10s | %10s | %5.2f× | %7s |\n", r.name, ms(r.median), ms(r.floor), float64(r.median)/float64(r.floor), r.target)
+	}
+	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", fmt.Sprintf("10 concurrent creates: %d/10 succeeded", ok), ms(conc), "", "", "all")
+	fmt.Fprintf(out, "\nraw floor: %s; spaced: %s, minimal template, default resources\n", raw.describe(), "JSON/SSE over loopback HTTP")
+	if ok != 10 {
+		return fmt.Errorf("only %d of 10 concurrent creates succeeded", ok)
+	}
+	return nil
+}
+
+// firstOutput runs echo over SSE and returns at its first stdout event.
+func firstOutput(ctx context.Context, c *client.Client, id string) error {
+	s, err := c.ExecEvents(ctx, id, client.ExecRequest{Cmd: []string{"echo", "hi"}})
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	for {
+		ev, err := s.Next()
+		if err != nil {
+			return err
+		}
+		if ev.Type == client.EventStdout {
+			return nil
+		}
+	}
+}
+
+func concurrentCreates(ctx context.Context, c *client.Client, n int) (time.Duration, int, error) {
+	var wg sync.WaitGroup
+	ids := make([]string, n)
+	errs := make([]error, n)
+	t0 := time.Now()
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+			if err == nil {
+				ids[i] = sb.ID
+				err = firstOutput(ctx, c, sb.ID)
+			}
+			errs[i] = err
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	ok := 0
+	for i, err := range errs {
+		if err == nil {
+			ok++
+		}
+		if ids[i] != "" {
+			if err := c.DeleteSandbox(ctx, ids[i]); err != nil {
+				return wall, ok, err
+			}
+		}
+	}
+	return wall, ok, nil
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000)
+}
+
+// rawFloor runs plain runsc on a busybox bundle.
+type rawFloor struct {
+	bin, dir, root, bundle string
+}
+
+func newRawFloor(bin string) (*rawFloor, error) {
+	dir, err := os.MkdirTemp("", "space-bench-raw-")
+	if err != nil {
+		return nil, err
+	}
+	r := &rawFloor{bin: bin, dir: dir, root: filepath.Join(dir, "runsc"), bundle: filepath.Join(dir, "bundle")}
+	rootfs := filepath.Join(r.bundle, "rootfs")
+	for _, p := range []string{filepath.Join(rootfs, "bin"), filepath.Join(rootfs, "proc"), filepath.Join(rootfs, "dev"), filepath.Join(rootfs, "sys"), filepath.Join(rootfs, "tmp"), r.root} {
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	bb, err := os.ReadFile("/bin/busybox")
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "bin", "busybox"), bb, 0o755); err != nil {
+		return nil, err
+	}
+	for _, a := range []string{"sh", "echo", "sleep"} {
+		if err := os.Symlink("busybox", filepath.Join(rootfs, "bin", a)); err != nil {
+			return nil, err
+		}
+	}
+	spec := `{"ociVersion":"1.0.0","process":{"user":{"uid":0,"gid":0},"args":["/bin/sleep","1000000"],
+"env":["PATH=/bin"],"cwd":"/"},"root":{"path":"rootfs","readonly":false},"hostname":"raw",
+"mounts":[{"destination":"/proc","type":"proc","source":"proc"},{"destination":"/dev","type":"tmpfs","source":"tmpfs"},{"destination":"/sys","type":"sysfs","source":"sysfs"}],
+"linux":{"namespaces":[{"type":"pid"},{"type":"ipc"},{"type":"uts"},{"type":"mount"},{"type":"network"}]}}`
+	if err := os.WriteFile(filepath.Join(r.bundle, "config.json"), []byte(spec), 0o644); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func (r *rawFloor) describe() string {
+	return "`runsc --network=none` (root mode, systrap) on a busybox-static bundle"
+}
+
+func (r *rawFloor) runsc(ctx context.Context, args ...string) error {
+	full := append([]string{"--root", r.root, "--network=none"}, args...)
+	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "runsc"), full...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return nil
+}
+
+func (r *rawFloor) timeToInteractive(ctx context.Context, n int) ([]time.Duration, error) {
+	var out []time.Duration
+	for i := range n {
+		id := fmt.Sprintf("bench-%s-%d", spacedtest.RandomHex(3), i)
+		t0 := time.Now()
+		if err := r.runsc(ctx, "run", "--detach", "--bundle", r.bundle, id); err != nil {
+			return nil, err
+		}
+		if err := r.runsc(ctx, "exec", id, "/bin/echo", "hi"); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t0))
+		if err := r.remove(ctx, id); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+func (r *rawFloor) execRoundTrip(ctx context.Context, n int) ([]time.Duration, error) {
+	id := "bench-exec-" + spacedtest.RandomHex(3)
+	if err := r.runsc(ctx, "run", "--detach", "--bundle", r.bundle, id); err != nil {
+		return nil, err
+	}
+	defer r.remove(ctx, id)
+	var out []time.Duration
+	for i := range n + 3 {
+		t0 := time.Now()
+		if err := r.runsc(ctx, "exec", id, "/bin/echo", "hi"); err != nil {
+			return nil, err
+		}
+		if i >= 3 {
+			out = append(out, time.Since(t0))
+		}
+	}
+	return out, nil
+}
+
+func (r *rawFloor) remove(ctx context.Context, id string) error {
+	_ = r.runsc(ctx, "kill", id, "KILL")
+	return r.runsc(ctx, "delete", "--force", id)
+}
+
+func (r *rawFloor) close() { os.RemoveAll(r.dir) }

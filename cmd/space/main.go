@@ -1,0 +1,215 @@
+// Command space is SPACE's command-line client: it creates, lists and deletes sandboxes, runs
+// commands in them (streamed, or as an interactive shell) and copies files in and out, all
+// through the public Go SDK in pkg/client.
+//
+// The server is SPACE_URL (default http://127.0.0.1:7070) or --url; the API key is --key, else
+// SPACE_API_KEY, else the file $SPACE_HOME/admin.key (SPACE_HOME defaults to ./.space).
+// Exit status: 0 on success, the command's own status for exec and shell, 1 when the server or
+// the network failed, 2 for a usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/space-sandbox/space/pkg/client"
+)
+
+const (
+	defaultURL  = "http://127.0.0.1:7070"
+	defaultHome = "./.space"
+)
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+	// exitInterrupted is the shell's status for a command ended by SIGINT.
+	exitInterrupted = 130
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	a := &app{
+		ctx: ctx, stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr,
+		getenv: os.Getenv, term: newOSTerminal(os.Stdin),
+	}
+	code := a.main(os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+// run runs the CLI with args (without the program name) and returns the exit status. Standard
+// input and the environment are the process's.
+func run(args []string, stdout, stderr io.Writer) int {
+	a := &app{
+		ctx: context.Background(), stdin: os.Stdin, stdout: stdout, stderr: stderr,
+		getenv: os.Getenv, term: newOSTerminal(os.Stdin),
+	}
+	return a.main(args)
+}
+
+// app is one invocation of the CLI and everything it touches outside itself.
+type app struct {
+	ctx            context.Context
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	term           terminal // the terminal behind stdin, for space shell
+
+	global globalFlags
+	client *client.Client
+}
+
+// usageError is a mistake in the command line; it exits with status 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// exitCode is a command's exit status that the CLI passes on.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
+
+// command is one subcommand.
+type command struct {
+	name  string
+	usage string // the arguments, for the usage text
+	short string
+	run   func(a *app, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"create", "[--template T] [--timeout S] [--env K=V]... [--meta k=v]... [--memory MiB] [--vcpus N]", "create a sandbox and print its ID", (*app).cmdCreate},
+		{"ls", "[--state S] [--meta k=v]...", "list sandboxes", (*app).cmdList},
+		{"info", "[ID]", "show a sandbox, or the server without ID", (*app).cmdInfo},
+		{"exec", "ID [--env K=V]... [--cwd D] [--user U] [--timeout S] [-i] (-c 'shell string' | [--] CMD ARGS...)", "run a command, streaming its output", (*app).cmdExec},
+		{"shell", "ID [-- CMD ARGS...]", "open an interactive shell", (*app).cmdShell},
+		{"cp", "(LOCAL|-) ID:/path | ID:/path (LOCAL|-)", "copy a file into or out of a sandbox", (*app).cmdCopy},
+		{"rm", "ID...", "delete sandboxes", (*app).cmdRemove},
+		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
+	}
+}
+
+func (a *app) printUsage(w io.Writer) {
+	fmt.Fprintf(w, "usage: space [--url URL] [--key KEY] [--json] COMMAND [ARGS]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-7s %s\n          %s\n", c.name, c.short, c.usage)
+	}
+	fmt.Fprintf(w, "\nenvironment: SPACE_URL (default %s), SPACE_API_KEY, SPACE_HOME (default %s; the key is read from $SPACE_HOME/admin.key)\n", defaultURL, defaultHome)
+}
+
+// main parses the global flags, finds the command and runs it.
+func (a *app) main(args []string) int {
+	fs := a.newFlagSet("space", "COMMAND [ARGS]")
+	fs.Usage = func() { a.printUsage(a.stderr) }
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, errHelp) {
+			a.printUsage(a.stdout)
+			return exitOK
+		}
+		return exitUsage
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		a.printUsage(a.stderr)
+		return exitUsage
+	}
+	name, rest := rest[0], rest[1:]
+	if name == "help" {
+		a.printUsage(a.stdout)
+		return exitOK
+	}
+	for _, c := range commands() {
+		if c.name == name {
+			return a.report(c.run(a, rest))
+		}
+	}
+	fmt.Fprintf(a.stderr, "space: unknown command %q (see space help)\n", name)
+	return exitUsage
+}
+
+// report turns a command's error into the exit status, printing it.
+func (a *app) report(err error) int {
+	var (
+		ue     *usageError
+		code   exitCode
+		ae     *client.Error
+		netErr *url.Error
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	case errors.Is(err, errHelp):
+		return exitOK
+	case a.ctx.Err() != nil && errors.Is(err, context.Canceled):
+		return exitInterrupted // interrupted by the user: nothing to explain
+	case errors.Is(err, errFlagParse):
+		return exitUsage // the flag package has printed the problem and the usage
+	case errors.As(err, &ue):
+		fmt.Fprintf(a.stderr, "space: %s\n", ue.msg)
+		return exitUsage
+	case errors.As(err, &ae):
+		fmt.Fprintf(a.stderr, "space: %s\n", ae.Message)
+		return exitError
+	case errors.As(err, &netErr):
+		fmt.Fprintf(a.stderr, "space: cannot reach the server: %v\n", netErr.Err)
+		return exitError
+	}
+	fmt.Fprintf(a.stderr, "space: %v\n", err)
+	return exitError
+}
+
+// connect makes the API client from the flags and the environment.
+func (a *app) connect() (*client.Client, error) {
+	if a.client != nil {
+		return a.client, nil
+	}
+	server := a.global.url
+	if server == "" {
+		server = a.getenv("SPACE_URL")
+	}
+	if server == "" {
+		server = defaultURL
+	}
+	key := a.global.key
+	if key == "" {
+		key = a.getenv("SPACE_API_KEY")
+	}
+	if key == "" {
+		home := a.getenv("SPACE_HOME")
+		if home == "" {
+			home = defaultHome
+		}
+		b, err := os.ReadFile(filepath.Join(home, "admin.key"))
+		switch {
+		case err == nil:
+			key = strings.TrimSpace(string(b))
+		case !errors.Is(err, os.ErrNotExist):
+			return nil, fmt.Errorf("read API key: %w", err)
+		}
+		// No key at all: the server answers 401 with a message that says so.
+	}
+	c, err := client.New(server, key, client.WithUserAgent("space-cli/1"))
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	a.client = c
+	return c, nil
+}
