@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/space-sandbox/space/internal/spacedtest"
@@ -250,9 +251,17 @@ func (r *rawFloor) describe() string {
 
 func (r *rawFloor) runsc(ctx context.Context, args ...string) error {
 	full := append([]string{"--root", r.root, "--network=none"}, args...)
-	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "runsc"), full...)
-	out, err := cmd.CombinedOutput()
+	// A detached sandbox inherits runsc's stdio: a file, unlike a pipe, does not keep us waiting.
+	logf, err := os.CreateTemp(r.dir, "runsc-out-")
 	if err != nil {
+		return err
+	}
+	defer os.Remove(logf.Name())
+	defer logf.Close()
+	cmd := exec.CommandContext(ctx, filepath.Join(r.bin, "runsc"), full...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Run(); err != nil {
+		out, _ := os.ReadFile(logf.Name())
 		return fmt.Errorf("runsc %s: %v: %s", strings.Join(args, " "), err, out)
 	}
 	return nil
@@ -301,4 +310,8 @@ func (r *rawFloor) remove(ctx context.Context, id string) error {
 	return r.runsc(ctx, "delete", "--force", id)
 }
 
-func (r *rawFloor) close() { os.RemoveAll(r.dir) }
+// close removes the floor's files, including the netns bind mount runsc --network=none makes.
+func (r *rawFloor) close() {
+	_ = syscall.Unmount(filepath.Join(r.root, "null-netns"), syscall.MNT_DETACH)
+	os.RemoveAll(r.dir)
+}

@@ -22,6 +22,9 @@ type chunk struct {
 	data []byte
 }
 
+// maxCoalesce bounds the chunks that next merges into one.
+const maxCoalesce = 256 << 10
+
 // errIdle is returned by outputReader.next when the idle channel fired before any output.
 var errIdle = errors.New("idle")
 
@@ -163,6 +166,16 @@ func (r *outputReader) next(ctx context.Context, idle <-chan time.Time) (chunk, 
 		if idx := r.seq - l.first; idx < uint64(len(l.chunks)) {
 			c := l.chunks[idx]
 			r.seq++
+			// Output that piled up while the reader was busy goes out as one chunk: a slow
+			// stream then sends fewer, larger messages instead of falling further behind.
+			if next := idx + 1; next < uint64(len(l.chunks)) && l.chunks[next].kind == c.kind && len(c.data) < maxCoalesce {
+				merged := append(make([]byte, 0, min(maxCoalesce, l.size)), c.data...)
+				for ; next < uint64(len(l.chunks)) && l.chunks[next].kind == c.kind && len(merged)+len(l.chunks[next].data) <= maxCoalesce; next++ {
+					merged = append(merged, l.chunks[next].data...)
+					r.seq++
+				}
+				c.data = merged
+			}
 			if r.lossless {
 				l.signalSpaceLocked()
 			}

@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"testing"
 	"time"
 )
@@ -30,7 +32,7 @@ func TestOutputLogLossyWindow(t *testing.T) {
 	}
 	l.close()
 	got := drain(t, l.reader(false))
-	if len(got) != 2 || got[0] != "cccc" || got[1] != "dd" {
+	if strings.Join(got, "") != "ccccdd" {
 		t.Fatalf("window = %q, want the most recent 8 bytes in whole chunks", got)
 	}
 	if n := l.retained(); n != 6 {
@@ -109,5 +111,32 @@ func TestOutputReaderIdleAndCancel(t *testing.T) {
 	}()
 	if c, err := r.next(context.Background(), nil); err != nil || c.kind != outPTY {
 		t.Fatalf("wake on write: %v %v", c, err)
+	}
+}
+
+func TestOutputLogCoalescesPendingChunksOfOneKind(t *testing.T) {
+	l := newOutputLog(1 << 20)
+	r := l.reader(true)
+	for _, c := range []chunk{{outStdout, []byte("a")}, {outStdout, []byte("b")}, {outStderr, []byte("x")}, {outStdout, []byte("c")}} {
+		l.write(c.kind, c.data, nil)
+	}
+	big := make([]byte, maxCoalesce)
+	l.write(outStdout, big, nil)
+	l.close()
+	var got []string
+	for {
+		c, err := r.next(context.Background(), nil)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%d:%d", c.kind, len(c.data)))
+	}
+	// "a"+"b" merge; stderr stays apart; "c" cannot take the full-size chunk along.
+	want := []string{"1:2", "2:1", "1:1", fmt.Sprintf("1:%d", maxCoalesce)}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("chunks %v, want %v", got, want)
 	}
 }

@@ -120,7 +120,7 @@ func TestBasicAuthUser(t *testing.T) {
 	}{
 		{"", "", false, false},
 		{"Bearer abc", "", false, false},
-		{"Basic cm9vdDo=", "root", true, false}, // "root:"
+		{"Basic cm9vdDo=", "root", true, false},     // "root:"
 		{"basic dXNlcjpwYXNz", "user", true, false}, // "user:pass"
 		{"Basic   dXNlcjo=  ", "user", true, false},
 		{"Basic !!!", "", true, true},

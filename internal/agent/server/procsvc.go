@@ -66,9 +66,13 @@ func (ps *processService) Connect(ctx context.Context, req *connect.Request[pb.C
 		return connectErr(err)
 	}
 	rd := p.out.reader(false)
-	return ps.s.streamProcess(ctx, req.Header(), p, rd, func(ev *pb.ProcessEvent) error {
+	err = ps.s.streamProcess(ctx, req.Header(), p, rd, func(ev *pb.ProcessEvent) error {
 		return stream.Send(&pb.ConnectResponse{Event: ev})
 	})
+	if rd.skipped > 0 {
+		ps.s.log.Debug("connect reader fell behind the retained output", "pid", p.pid, "chunks_skipped", rd.skipped)
+	}
+	return err
 }
 
 func (s *Server) streamProcess(ctx context.Context, h http.Header, p *proc, rd *outputReader, send func(*pb.ProcessEvent) error) error {

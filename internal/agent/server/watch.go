@@ -265,10 +265,9 @@ type watcherSet struct {
 }
 
 type polledWatcher struct {
-	w       *inotifyWatcher
-	mu      sync.Mutex
-	events  []*fspb.FilesystemEvent
-	dropped int
+	w      *inotifyWatcher
+	mu     sync.Mutex
+	events []*fspb.FilesystemEvent
 }
 
 func newWatcherSet() *watcherSet { return &watcherSet{m: map[string]*polledWatcher{}} }
@@ -287,7 +286,6 @@ func (ws *watcherSet) add(s *Server, root string, w *inotifyWatcher, withEntry b
 			pw.mu.Lock()
 			if len(pw.events) >= defaultWatcherQueueSize {
 				pw.events = pw.events[1:]
-				pw.dropped++
 			}
 			pw.events = append(pw.events, e)
 			pw.mu.Unlock()

@@ -599,10 +599,17 @@ func BenchmarkPlainRunsc(b *testing.B) {
 		b.Fatal(err)
 	}
 	flags := []string{"--root=" + root, "--network=sandbox", "--overlay2=none"}
+	console, err := os.Create(filepath.Join(b.TempDir(), "console.log"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer console.Close()
 	runsc := func(args ...string) error {
-		out, err := exec.Command(h.runsc, append(flags, args...)...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("runsc %v: %v: %s", args, err, out)
+		// The sandbox inherits stdio: a pipe (CombinedOutput) would never reach EOF.
+		cmd := exec.Command(h.runsc, append(flags, args...)...)
+		cmd.Stdout, cmd.Stderr = console, console
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("runsc %v: %v (see %s)", args, err, console.Name())
 		}
 		return nil
 	}

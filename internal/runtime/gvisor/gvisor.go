@@ -183,6 +183,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, ckpt string) (err
 	if err := d.prepare(spec, ckpt); err != nil {
 		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
+	prepared := time.Since(start)
 	args := []string{"run", "--detach", "--bundle=" + sb, spec.ID}
 	if ckpt != "" {
 		args = []string{"restore", "--detach", "--image-path=" + ckpt, "--bundle=" + sb, spec.ID}
@@ -190,7 +191,8 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, ckpt string) (err
 	if err := d.runDetached(ctx, spec.ID, args...); err != nil {
 		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
-	d.log.InfoContext(ctx, "sandbox started", "id", spec.ID, "restored", ckpt != "", "duration", time.Since(start).Round(time.Millisecond))
+	d.log.InfoContext(ctx, "sandbox started", "id", spec.ID, "restored", ckpt != "",
+		"prepare", prepared.Round(time.Millisecond), "total", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
