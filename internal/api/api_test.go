@@ -32,9 +32,9 @@ import (
 // loopPool hands out slots whose guest address is a loopback address, so the fake driver's
 // in-process agents are reachable at the address the manager computes.
 type loopPool struct {
-	mu    sync.Mutex
-	a, b  byte
-	next  int
+	mu   sync.Mutex
+	a, b byte
+
 	inUse map[int]bool
 }
 

@@ -46,6 +46,9 @@ func (req execRequest) options() (sandbox.ExecOptions, error) {
 	default:
 		return o, errdefs.InvalidArgument("give exactly one of cmd (argv) and command (a shell string)")
 	}
+	if o.Argv[0] == "" {
+		return o, errdefs.InvalidArgument("cmd: the program name is empty")
+	}
 	for _, a := range o.Argv {
 		if strings.ContainsRune(a, 0) {
 			return o, errdefs.InvalidArgument("cmd: arguments must not contain NUL")

@@ -53,8 +53,17 @@ type Execution struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
 	started time.Time
-	timeout bool // a timeout was set; a deadline means exit 124
+	timeout bool      // a timeout was set; reaching it means exit 124
+	dl      time.Time // the deadline when timeout is set
 	done    bool
+}
+
+// deadlineSlack covers the agent enforcing the same deadline a moment before our clock does.
+const deadlineSlack = 250 * time.Millisecond
+
+// timedOut reports whether the command's timeout has (all but) passed.
+func (e *Execution) timedOut() bool {
+	return e.timeout && (errors.Is(e.ctx.Err(), context.DeadlineExceeded) || !time.Now().Before(e.dl.Add(-deadlineSlack)))
 }
 
 // PID is the command's process ID inside the sandbox.
@@ -68,7 +77,7 @@ func (e *Execution) Next() (ExecEvent, error) {
 	for {
 		ev, err := e.stream.Recv()
 		if err != nil {
-			if e.timeout && errors.Is(e.ctx.Err(), context.DeadlineExceeded) {
+			if e.timedOut() {
 				e.done = true
 				return ExecEvent{Kind: ExecExit, ExitCode: TimeoutExitCode, Duration: time.Since(e.started)}, nil
 			}
@@ -85,7 +94,11 @@ func (e *Execution) Next() (ExecEvent, error) {
 			return ExecEvent{Kind: ExecStderr, Data: ev.Data}, nil
 		case agent.EventEnd:
 			e.done = true
-			return ExecEvent{Kind: ExecExit, ExitCode: exitCode(ev), Duration: time.Since(e.started)}, nil
+			code := exitCode(ev)
+			if code == 128+int(syscall.SIGKILL) && e.timedOut() {
+				code = TimeoutExitCode // killed by the agent for its deadline
+			}
+			return ExecEvent{Kind: ExecExit, ExitCode: code, Duration: time.Since(e.started)}, nil
 		}
 	}
 }
@@ -168,7 +181,7 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 		cancel()
 		return nil, err
 	}
-	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0}
+	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0, dl: started.Add(o.Timeout)}
 	if o.Stdin != nil {
 		if len(*o.Stdin) > 0 {
 			if err := c.SendStdin(ctx, e.pid, []byte(*o.Stdin)); err != nil {

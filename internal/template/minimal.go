@@ -29,8 +29,8 @@ const (
 
 // minimalRecipe is the smallest useful Linux userland: Debian's statically linked busybox with a
 // symlink per applet, users root and user (uid 1000), and the directories a process expects. The
-// agent binary is not part of it: drivers bind-mount the agent, so templates do not change when
-// the agent is rebuilt.
+// agent binary is not part of it, only an empty file as its mount point, /.space/space-agent:
+// drivers bind-mount the agent there, so templates do not change when the agent is rebuilt.
 func minimalRecipe() recipe {
 	return recipe{
 		version: minimalVersion,
@@ -85,6 +85,9 @@ func buildMinimal(ctx context.Context, s *Store, rootfs string) error {
 		{"etc/group", 0o644, "root:x:0:\nuser:x:1000:\nnogroup:x:65534:\n"},
 		{"etc/hosts", 0o644, "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"},
 		{"etc/resolv.conf", 0o644, ""},
+		// The agent's mount point: drivers bind-mount the agent here. Being in the template,
+		// it need not be created in each sandbox's writable layer.
+		{".space/space-agent", 0o755, ""},
 	}
 
 	// minimalDirs are created with exactly these modes (umask does not apply).
@@ -96,6 +99,7 @@ func buildMinimal(ctx context.Context, s *Store, rootfs string) error {
 		{"etc", 0o755}, {"dev", 0o755}, {"proc", 0o555}, {"sys", 0o555}, {"run", 0o755},
 		{"tmp", os.ModeSticky | 0o777}, {"var", 0o755}, {"var/tmp", os.ModeSticky | 0o777}, {"root", 0o700},
 		{"home", 0o755}, {"home/user", 0o755},
+		{".space", 0o755},
 	}
 
 	for _, d := range minimalDirs {

@@ -113,10 +113,11 @@ func TestEnsureMinimalTree(t *testing.T) {
 
 	root := tmpl.RootFS
 	files := map[string]string{
-		"etc/passwd":      "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n",
-		"etc/group":       "root:x:0:\nuser:x:1000:\n",
-		"etc/hosts":       "127.0.0.1\tlocalhost\n",
-		"etc/resolv.conf": "",
+		"etc/passwd":         "root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n",
+		"etc/group":          "root:x:0:\nuser:x:1000:\n",
+		"etc/hosts":          "127.0.0.1\tlocalhost\n",
+		"etc/resolv.conf":    "",
+		".space/space-agent": "",
 	}
 	for p, prefix := range files {
 		b, err := os.ReadFile(filepath.Join(root, p))
@@ -181,8 +182,8 @@ func TestEnsureMinimalTree(t *testing.T) {
 	if err != nil || string(out) != "hello\n" {
 		t.Errorf("busybox sh: %q, %v", out, err)
 	}
-	if _, err := os.Lstat(filepath.Join(root, ".space")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("template must not contain the agent: /.space: %v", err)
+	if st, err := os.Stat(filepath.Join(root, ".space/space-agent")); err != nil || st.Size() != 0 || !st.Mode().IsRegular() {
+		t.Errorf("/.space/space-agent must be an empty mount point, not the agent: %v", err)
 	}
 }
 

@@ -13,11 +13,10 @@ import (
 const (
 	// agentFile is the agent's file name in a sandbox directory and in a checkpoint directory.
 	agentFile = "space-agent"
-	// agentDir is a small tmpfs in the sandbox that holds the agent's mount point, so that
-	// neither the template nor the writable layer needs to contain it.
-	agentDir = "/.space"
-	// AgentGuestPath is where the sandbox sees the agent; it is the sandbox's init.
-	AgentGuestPath = agentDir + "/space-agent"
+	// AgentGuestPath is where the sandbox sees the agent; it is the sandbox's init. runsc's
+	// gofer creates the mount point in the rootfs if the template lacks it, which puts an
+	// empty file in the writable layer; templates should contain it.
+	AgentGuestPath = "/.space/space-agent"
 
 	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cpuPeriodUS = 100000
@@ -105,7 +104,6 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
 			// must stay part of its writable layer (on disk, in file snapshots), so bind the
 			// rootfs's own /tmp over itself.
 			{Destination: "/tmp", Type: "bind", Source: filepath.Join(sb, "rootfs", "tmp"), Options: []string{"bind", "rw"}},
-			{Destination: agentDir, Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=755", "size=64k"}},
 			{Destination: AgentGuestPath, Type: "bind", Source: filepath.Join(sb, agentFile), Options: []string{"bind", "ro"}},
 		},
 		Linux: &specs.Linux{

@@ -371,6 +371,7 @@ func TestWritableLayerOnDisk(t *testing.T) {
 			t.Errorf("upper/%s = %q, %v; want %q", p, b, err, want)
 		}
 	}
+	// The template has the agent's mount point.
 	if _, err := os.Lstat(filepath.Join(upper, ".space")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("agent mount point is in the writable layer: %v", err)
 	}
@@ -510,7 +511,7 @@ func TestCheckpointDirRules(t *testing.T) {
 	if err := d.Checkpoint(t.Context(), spec.ID, dir, true); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"checkpoint.img", "gvisor-checkpoint.json", "space-agent", "upper/tmp"} {
+	for _, f := range []string{"checkpoint.img", "gvisor-checkpoint.json", "space-agent", "upper"} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
 			t.Errorf("checkpoint lacks %s: %v", f, err)
 		}
@@ -519,6 +520,29 @@ func TestCheckpointDirRules(t *testing.T) {
 		t.Errorf("after Checkpoint(leaveRunning) State = %s, %v", st, err)
 	}
 	mustExec(t, h, spec.ID, "/bin/true")
+
+	// The checkpoint is not needed once Restore returns: restore a copy, remove the copy.
+	netw0, release0 := h.newNetwork(t)
+	defer release0()
+	copyDir := filepath.Join(t.TempDir(), "copy")
+	if out, err := exec.Command("cp", "-a", dir, copyDir).CombinedOutput(); err != nil {
+		t.Fatalf("cp: %v: %s", err, out)
+	}
+	fork := runtime.Spec{ID: "gv-" + randHex(4), RootFS: h.rootfs, AgentPath: h.agent, Network: netw0}
+	t.Cleanup(func() { d.Delete(context.Background(), fork.ID) })
+	if err := d.Restore(t.Context(), fork, copyDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(copyDir); err != nil {
+		t.Fatal(err)
+	}
+	// Touch memory and files after the image is gone.
+	if out := mustExec(t, h, fork.ID, "/bin/sh", "-c", "ps -o args; ls /.space; cat /etc/passwd"); !strings.Contains(out, "root:x:0:0") {
+		t.Errorf("restored sandbox after removing its checkpoint: %s", out)
+	}
+	if err := d.Delete(t.Context(), fork.ID); err != nil {
+		t.Fatal(err)
+	}
 
 	// Damage the memory image: runsc fails after the driver mounted and copied things.
 	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("garbage"), 0o644); err != nil {
@@ -703,7 +727,7 @@ func TestRealAgent(t *testing.T) {
 	if !listening(restored.ID) {
 		t.Fatal("restored agent does not listen")
 	}
-	if out := mustExec(t, h, restored.ID, "/bin/ip", "-4", "-o", "addr"); !strings.Contains(out, netw2.GuestIP.Addr().String()) {
+	if out := mustExec(t, h, restored.ID, "/bin/sh", "-c", "ip -4 -o addr"); !strings.Contains(out, netw2.GuestIP.Addr().String()) {
 		t.Errorf("restored sandbox does not have its new slot's address %s:\n%s", netw2.GuestIP.Addr(), out)
 	}
 	if err := d.Delete(t.Context(), restored.ID); err != nil {

@@ -304,7 +304,7 @@ func (d *Driver) remove(ctx context.Context, id string) error {
 	if err := os.RemoveAll(sb); err != nil {
 		errs = append(errs, err)
 	}
-	if err := removeCgroups(ctx, d.cgroupParent(), id); err != nil {
+	if err := removeCgroups(ctx, d.cgroupParent(), id, true); err != nil {
 		errs = append(errs, err)
 	}
 	d.removeInstanceLeftovers(ctx)
@@ -320,7 +320,7 @@ func (d *Driver) removeInstanceLeftovers(ctx context.Context) {
 	if err != nil || len(entries) > 0 {
 		return
 	}
-	if err := removeCgroups(ctx, "/", d.cgroupParent()); err != nil {
+	if err := removeCgroups(ctx, "/", d.cgroupParent(), false); err != nil {
 		d.log.DebugContext(ctx, "cgroup parent not removed", "err", err)
 	}
 	// runsc pins a shared empty network namespace for its gofers at <root>/null-netns; it is a
@@ -350,6 +350,8 @@ func (d *Driver) List(ctx context.Context) ([]string, error) {
 }
 
 func (d *Driver) sandboxDir(id string) string { return filepath.Join(d.sandboxes, id) }
+
+func (d *Driver) debugLogDir(id string) string { return filepath.Join(d.cfg.StateDir, "logs", id) }
 
 // cgroupParent is this instance's cgroup under every hierarchy's root.
 func (d *Driver) cgroupParent() string { return "/space-" + d.cfg.Instance }
@@ -406,6 +408,11 @@ func (e *runscError) Unwrap() error { return e.err }
 // processes inherit its stdio, so stdout and stderr go to console.log (a pipe would keep Wait
 // waiting for the sandbox), and it starts a new session so nothing ties them to spaced.
 func (d *Driver) runDetached(ctx context.Context, id string, args ...string) error {
+	if d.cfg.Debug {
+		if err := os.MkdirAll(d.debugLogDir(id), 0o700); err != nil {
+			return err
+		}
+	}
 	consolePath := filepath.Join(d.sandboxDir(id), "console.log")
 	console, err := os.OpenFile(consolePath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
@@ -435,9 +442,10 @@ func (d *Driver) globalFlags(id string) []string {
 		"--overlay2=none",
 		"--platform=" + d.cfg.Platform,
 	}
-	if d.cfg.Debug {
-		dir := filepath.Join(d.cfg.StateDir, "logs", id)
-		if err := os.MkdirAll(dir, 0o700); err == nil {
+	// Debug logs go to logs/<id>/, made by runDetached: commands about IDs that were never
+	// started (State of an unknown ID) leave no log directory behind.
+	if dir := d.debugLogDir(id); d.cfg.Debug {
+		if _, err := os.Stat(dir); err == nil {
 			flags = append(flags, "--debug", "--debug-log="+dir+"/")
 		}
 	}
@@ -456,9 +464,15 @@ func (d *Driver) runscState(ctx context.Context, id string) (status string, know
 	}
 	var st struct {
 		Status string `json:"status"`
+		Pid    int    `json:"pid"`
 	}
 	if err := json.Unmarshal(out, &st); err != nil {
 		return "", false, fmt.Errorf("runsc state: %w: %q", err, out)
+	}
+	// runsc probes its sandbox process with signal 0, which succeeds for a zombie; the
+	// sandbox has exited (say after a checkpoint) but waits for an init that reaps slowly.
+	if (st.Status == "running" || st.Status == "paused") && st.Pid > 0 && exited(st.Pid) {
+		return "stopped", true, nil
 	}
 	return st.Status, true, nil
 }

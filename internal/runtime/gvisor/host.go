@@ -47,6 +47,17 @@ func isSandboxCmdline(cmdline, rootFlag []byte, id string) bool {
 		slices.ContainsFunc(args, func(a []byte) bool { return bytes.Equal(a, rootFlag) })
 }
 
+// exited reports whether process pid is gone or a zombie.
+func exited(pid int) bool {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	// The state letter follows "(comm) ", and comm may contain anything but a last ')'.
+	i := bytes.LastIndexByte(stat, ')')
+	return i < 0 || i+2 >= len(stat) || stat[i+2] == 'Z' || stat[i+2] == 'X'
+}
+
 // killSandboxProcs SIGKILLs whatever runsc left running for id and waits for it to exit.
 // Normally nothing is left after `runsc delete --force`; this makes Delete's promise hold when
 // runsc itself failed half way.
@@ -150,8 +161,8 @@ func cgroupMounts() ([]string, error) {
 // removeCgroups removes the cgroup <parent>/<name> in every hierarchy where it exists. runsc
 // removes the sandbox's own cgroups on delete; this catches what a failed runsc left, and the
 // instance's parent once it is empty. A cgroup whose last process is still exiting is busy for
-// a moment, so EBUSY is retried.
-func removeCgroups(ctx context.Context, parent, name string) error {
+// a moment, so with retryBusy EBUSY is retried; a parent with children is busy for good.
+func removeCgroups(ctx context.Context, parent, name string, retryBusy bool) error {
 	mounts, err := cgroupMounts()
 	if err != nil {
 		return err
@@ -164,7 +175,7 @@ func removeCgroups(ctx context.Context, parent, name string) error {
 			if err == nil || err == unix.ENOENT {
 				break
 			}
-			if err != unix.EBUSY || try == 50 {
+			if err != unix.EBUSY || !retryBusy || try == 50 {
 				errs = append(errs, &fs.PathError{Op: "rmdir", Path: dir, Err: err})
 				break
 			}

@@ -305,7 +305,20 @@ func (s *suite) testSandboxView(t *testing.T) {
 	if got := strings.TrimSpace(s.exec(t, spec.ID, "/bin/hostname")); got != spec.Hostname {
 		t.Errorf("hostname = %q, want %q", got, spec.Hostname)
 	}
+	s.checkAddress(t, spec)
 	s.deleteClean(t, d, spec.ID)
+}
+
+// checkAddress checks that the sandbox sees its network slot's address.
+func (s *suite) checkAddress(t *testing.T, spec runtime.Spec) {
+	t.Helper()
+	if !spec.Network.GuestIP.IsValid() {
+		return
+	}
+	out := s.exec(t, spec.ID, "/bin/sh", "-c", "ip -o addr")
+	if !strings.Contains(out, " "+spec.Network.GuestIP.String()+" ") {
+		t.Errorf("sandbox %s does not have its slot's address %s:\n%s", spec.ID, spec.Network.GuestIP, out)
+	}
 }
 
 // testWritableLayer checks that each sandbox writes to its own layer, never to the template.
@@ -431,6 +444,8 @@ func (s *suite) testCheckpointRestore(t *testing.T) {
 		if !s.hasMarkerProcess(t, f.ID) {
 			t.Errorf("restored %s lost its running process", f.ID)
 		}
+		// A checkpoint restores into any slot and takes that slot's addresses.
+		s.checkAddress(t, f)
 	}
 	// Forks are independent of each other.
 	if withExec {
