@@ -26,6 +26,7 @@ type manifest struct {
 	Driver    string    `json:"driver"`
 	Format    int       `json:"format"`
 	SandboxID string    `json:"sandboxID"`
+	RootFS    string    `json:"rootFS"` // template the writable layer and memory belong to
 	CreatedAt time.Time `json:"createdAt"`
 }
 
@@ -91,7 +92,11 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if err := copyFile(filepath.Join(sb, agentFile), filepath.Join(dir, agentFile), 0o755); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: copy agent: %w", id, err)
 	}
-	if err := writeManifest(dir, id); err != nil {
+	info, err := d.readInfo(id)
+	if err != nil {
+		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
+	}
+	if err := writeManifest(dir, manifest{SandboxID: id, RootFS: info.RootFS}); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	d.log.InfoContext(ctx, "sandbox checkpointed", "id", id, "leave_running", leaveRunning,
@@ -103,15 +108,24 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 // directory written by Checkpoint. The same directory may be restored many times; it is not
 // needed after Restore returns.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) error {
-	if err := readManifest(dir); err != nil {
+	m, err := readManifest(dir)
+	if err != nil {
 		return fmt.Errorf("gvisor: restore %s: %w", spec.ID, err)
+	}
+	// The checkpointed memory maps files of its template, and the writable layer is a diff
+	// against it. A template at another path may be a copy; a rebuilt one would corrupt the
+	// sandbox, which the caller must prevent by keeping the version a checkpoint was made on.
+	if m.RootFS != "" && m.RootFS != spec.RootFS {
+		d.log.WarnContext(ctx, "restoring onto another template path than the checkpoint's",
+			"id", spec.ID, "checkpoint_rootfs", m.RootFS, "rootfs", spec.RootFS)
 	}
 	return d.start(ctx, spec, dir)
 }
 
-// writeManifest writes the manifest atomically and makes the whole directory durable.
-func writeManifest(dir, id string) error {
-	b, err := json.MarshalIndent(manifest{Driver: Name, Format: manifestFormat, SandboxID: id, CreatedAt: time.Now().UTC()}, "", "  ")
+// writeManifest writes m atomically, after making the rest of dir durable.
+func writeManifest(dir string, m manifest) error {
+	m.Driver, m.Format, m.CreatedAt = Name, manifestFormat, time.Now().UTC()
+	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
@@ -132,25 +146,25 @@ func writeManifest(dir, id string) error {
 	return syncPath(dir)
 }
 
-func readManifest(dir string) error {
+func readManifest(dir string) (manifest, error) {
+	var m manifest
 	b, err := os.ReadFile(filepath.Join(dir, manifestFile))
 	if errors.Is(err, fs.ErrNotExist) {
 		if _, serr := os.Stat(dir); serr != nil {
-			return fmt.Errorf("checkpoint %s: %w", dir, errdefs.ErrNotFound)
+			return m, fmt.Errorf("checkpoint %s: %w", dir, errdefs.ErrNotFound)
 		}
-		return errdefs.InvalidArgument(fmt.Sprintf("%s is not a complete gVisor checkpoint", dir))
+		return m, errdefs.InvalidArgument(fmt.Sprintf("%s is not a complete gVisor checkpoint", dir))
 	}
 	if err != nil {
-		return err
+		return m, err
 	}
-	var m manifest
 	if err := json.Unmarshal(b, &m); err != nil || m.Driver != Name {
-		return errdefs.InvalidArgument(fmt.Sprintf("%s is not a gVisor checkpoint", dir))
+		return m, errdefs.InvalidArgument(fmt.Sprintf("%s is not a gVisor checkpoint", dir))
 	}
 	if m.Format != manifestFormat {
-		return errdefs.InvalidArgument(fmt.Sprintf("checkpoint %s has format %d, this driver reads %d", dir, m.Format, manifestFormat))
+		return m, errdefs.InvalidArgument(fmt.Sprintf("checkpoint %s has format %d, this driver reads %d", dir, m.Format, manifestFormat))
 	}
-	return nil
+	return m, nil
 }
 
 // emptyDir makes sure dir exists and is empty.

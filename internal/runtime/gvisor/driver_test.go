@@ -394,25 +394,25 @@ func TestCopyTreeRejectsFile(t *testing.T) {
 
 func TestCheckpointManifest(t *testing.T) {
 	dir := t.TempDir()
-	if err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("empty dir: %v, want ErrInvalidArgument", err)
 	}
-	if err := readManifest(filepath.Join(dir, "nope")); !errors.Is(err, errdefs.ErrNotFound) {
+	if _, err := readManifest(filepath.Join(dir, "nope")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("missing dir: %v, want ErrNotFound", err)
 	}
 	os.Mkdir(filepath.Join(dir, "upper"), 0o755)
-	if err := writeManifest(dir, "sb1"); err != nil {
+	if err := writeManifest(dir, manifest{SandboxID: "sb1", RootFS: "/t/rootfs"}); err != nil {
 		t.Fatal(err)
 	}
-	if err := readManifest(dir); err != nil {
-		t.Errorf("after writeManifest: %v", err)
+	if m, err := readManifest(dir); err != nil || m.SandboxID != "sb1" || m.RootFS != "/t/rootfs" || m.Driver != Name {
+		t.Errorf("after writeManifest: %+v, %v", m, err)
 	}
 	os.WriteFile(filepath.Join(dir, manifestFile), []byte(`{"driver":"firecracker","format":1}`), 0o644)
-	if err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("other driver's checkpoint: %v, want ErrInvalidArgument", err)
 	}
 	os.WriteFile(filepath.Join(dir, manifestFile), []byte(`{"driver":"gvisor","format":99}`), 0o644)
-	if err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if _, err := readManifest(dir); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("future format: %v, want ErrInvalidArgument", err)
 	}
 }

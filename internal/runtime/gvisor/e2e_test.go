@@ -29,13 +29,12 @@ import (
 // host is the privileged test environment shared by the tests of one run: runsc, a minimal
 // template, an agent, a base directory for driver state and a cgroup instance name.
 type host struct {
-	runsc     string
-	rootfs    string
-	agent     string // the stand-in agent
-	realAgent string // cmd/space-agent, built; empty if it does not build
-	base      string // each driver's StateDir is a directory below base
-	instance  string
-	netSeq    atomic.Int32
+	runsc    string
+	rootfs   string
+	agent    string // the stand-in agent
+	base     string // each driver's StateDir is a directory below base
+	instance string
+	netSeq   atomic.Int32
 }
 
 func randHex(n int) string {
@@ -83,7 +82,6 @@ func newHost(t testing.TB) *host {
 	}
 	h.rootfs = tmpl.RootFS
 	h.agent = writeStandInAgent(t, h.base)
-	h.realAgent = buildAgent(t, root, h.base)
 	return h
 }
 
@@ -681,7 +679,8 @@ func waitEcho(b *testing.B, h *host, id string) {
 // the agent port, and does so again after checkpoint and restore into another network slot.
 func TestRealAgent(t *testing.T) {
 	h := newHost(t)
-	if h.realAgent == "" {
+	realAgent := buildAgent(t, moduleRoot(t), t.TempDir())
+	if realAgent == "" {
 		t.Skip("cmd/space-agent does not build yet")
 	}
 	d := h.newDriver(t)
@@ -699,7 +698,7 @@ func TestRealAgent(t *testing.T) {
 	}
 	netw, release := h.newNetwork(t)
 	defer release()
-	spec := runtime.Spec{ID: "agent-" + randHex(4), RootFS: h.rootfs, AgentPath: h.realAgent, AgentToken: "secret", Network: netw}
+	spec := runtime.Spec{ID: "agent-" + randHex(4), RootFS: h.rootfs, AgentPath: realAgent, AgentToken: "secret", Network: netw}
 	t.Cleanup(func() { d.Delete(context.Background(), spec.ID) })
 	if err := d.Create(t.Context(), spec); err != nil {
 		t.Fatal(err)

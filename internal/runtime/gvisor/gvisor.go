@@ -14,6 +14,7 @@
 //	sandboxes/<id>/space-agent  private copy of the agent, bind-mounted read-only
 //	sandboxes/<id>/config.json  OCI runtime spec (mode 0600: it holds the agent token)
 //	sandboxes/<id>/console.log  stdout/stderr of runsc and of the agent
+//	sandboxes/<id>/sandbox.json what the driver records about the sandbox (its template)
 //	logs/<id>/                runsc debug logs, only with Config.Debug (kept after Delete)
 package gvisor
 
@@ -238,7 +239,31 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(sb, "config.json"), b, 0o600)
+	if err := os.WriteFile(filepath.Join(sb, "config.json"), b, 0o600); err != nil {
+		return err
+	}
+	b, err = json.Marshal(sandboxInfo{RootFS: spec.RootFS})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(sb, infoFile), b, 0o600)
+}
+
+// infoFile in a sandbox directory records what the driver needs to know about the sandbox later
+// (after a restart of spaced, at checkpoint time).
+const infoFile = "sandbox.json"
+
+type sandboxInfo struct {
+	RootFS string `json:"rootFS"` // the template: lower layer of the overlay
+}
+
+func (d *Driver) readInfo(id string) (sandboxInfo, error) {
+	var info sandboxInfo
+	b, err := os.ReadFile(filepath.Join(d.sandboxDir(id), infoFile))
+	if err != nil {
+		return info, err
+	}
+	return info, json.Unmarshal(b, &info)
 }
 
 // State implements runtime.Driver.
