@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -46,13 +47,14 @@ func (s *Server) handleUpload(w http.ResponseWriter, r *http.Request, p auth.Pri
 		s.writeError(w, r, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("file is larger than the %d-byte limit", s.maxUp)))
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
+	defer release()
 	body := http.MaxBytesReader(w, r.Body, s.maxUp)
-	e, err := c.Upload(r.Context(), path, mode, "", body)
+	e, err := c.Upload(ctx, path, mode, "", body)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -70,12 +72,13 @@ func (s *Server) handleDownload(w http.ResponseWriter, r *http.Request, p auth.P
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	rc, size, err := c.Download(r.Context(), path, "")
+	defer release()
+	rc, size, err := c.Download(ctx, path, "")
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -108,12 +111,13 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request, p auth.Pri
 		s.writeError(w, r, errdefs.InvalidArgument("path: refusing to remove /"))
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	if err := c.Remove(r.Context(), path, recursive); err != nil {
+	defer release()
+	if err := c.Remove(ctx, path, recursive); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -142,12 +146,13 @@ func (s *Server) handleListDir(w http.ResponseWriter, r *http.Request, p auth.Pr
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	list, err := c.ListDir(r.Context(), path, 1)
+	defer release()
+	list, err := c.ListDir(ctx, path, 1)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -172,12 +177,13 @@ func (s *Server) handleMkdir(w http.ResponseWriter, r *http.Request, p auth.Prin
 		s.writeError(w, r, err)
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := c.MakeDir(r.Context(), path)
+	defer release()
+	e, err := c.MakeDir(ctx, path)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -208,12 +214,13 @@ func (s *Server) handleMove(w http.ResponseWriter, r *http.Request, p auth.Princ
 		s.writeError(w, r, errdefs.InvalidArgument("move: / cannot be moved or replaced"))
 		return
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	e, err := c.Move(r.Context(), from, to)
+	defer release()
+	e, err := c.Move(ctx, from, to)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -234,12 +241,13 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, p auth.Prin
 			return
 		}
 	}
-	c, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
+	c, ctx, release, err := s.sb.Agent(r.Context(), p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	ws, err := c.Watch(r.Context(), path, recursive)
+	defer release()
+	ws, err := c.Watch(ctx, path, recursive)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -251,6 +259,9 @@ func (s *Server) handleWatch(w http.ResponseWriter, r *http.Request, p auth.Prin
 		ev, err := ws.Recv()
 		if err != nil {
 			if r.Context().Err() == nil && !errors.Is(err, io.EOF) {
+				if cause := context.Cause(ctx); cause != nil && r.Context().Err() == nil {
+					err = cause
+				}
 				status, code := statusOf(err)
 				_ = sse.send("error", errorDetail{Code: code, Message: messageOf(err, status)})
 			}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -178,7 +177,7 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs 
 	if err := drv.Create(ctx, spec); err != nil {
 		return fmt.Errorf("start runtime: %w", err)
 	}
-	b.client = agent.NewClient(m.cfg.AgentURL(slot), b.rec.AccessToken, m.newHTTPClient())
+	m.setClient(b)
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()
 	if err := b.client.WaitReady(rctx); err != nil {
@@ -201,6 +200,9 @@ func (m *Manager) teardown(ctx context.Context, b *box) error {
 		if err := drv.Delete(ctx, b.rec.ID); err != nil {
 			errs = append(errs, fmt.Errorf("delete runtime: %w", err))
 		}
+	}
+	if b.end != nil {
+		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped", b.rec.ID)))
 	}
 	if b.slot != nil {
 		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {

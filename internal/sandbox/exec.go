@@ -56,6 +56,7 @@ type Execution struct {
 	timeout bool      // a timeout was set; reaching it means exit 124
 	dl      time.Time // the deadline when timeout is set
 	done    bool
+	probe   func() error // checks the sandbox after a broken stream; non-nil: it stopped
 }
 
 // deadlineSlack covers the agent enforcing the same deadline a moment before our clock does.
@@ -80,6 +81,16 @@ func (e *Execution) Next() (ExecEvent, error) {
 			if e.timedOut() {
 				e.done = true
 				return ExecEvent{Kind: ExecExit, ExitCode: TimeoutExitCode, Duration: time.Since(e.started)}, nil
+			}
+			if cause := stopped(e.ctx); cause != nil {
+				e.done = true
+				return ExecEvent{}, cause
+			}
+			if e.probe != nil {
+				if cause := e.probe(); cause != nil {
+					e.done = true
+					return ExecEvent{}, cause
+				}
 			}
 			if errors.Is(err, io.EOF) {
 				e.done = true
@@ -126,23 +137,44 @@ func exitCode(ev agent.Event) int {
 	return ev.ExitCode
 }
 
-// client returns the agent client of a running sandbox of tenant.
-func (m *Manager) client(tenant, id string) (*agent.Client, error) {
+// client returns the agent client of a running sandbox of tenant and the context of its life.
+func (m *Manager) client(tenant, id string) (*agent.Client, context.Context, error) {
 	b, err := m.lookup(tenant, id)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if State(b.rec.State) != StateRunning || b.client == nil {
-		return nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
+		return nil, nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
 	}
-	return b.client, nil
+	return b.client, b.life, nil
 }
 
-// Agent returns the agent client of a running sandbox, for file operations.
-func (m *Manager) Agent(ctx context.Context, tenant, id string) (*agent.Client, error) {
-	return m.client(tenant, id)
+// Agent returns the agent client of a running sandbox, for file operations, and a context that
+// is ctx ended also when the sandbox stops. Call release when done.
+func (m *Manager) Agent(ctx context.Context, tenant, id string) (c *agent.Client, actx context.Context, release func(), err error) {
+	c, life, err := m.client(tenant, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	actx, cancel := withLife(ctx, life)
+	return c, actx, cancel, nil
+}
+
+// withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
+func withLife(ctx, life context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+	return cctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// stopped returns the cause if ctx ended because the sandbox stopped.
+func stopped(ctx context.Context) error {
+	if cause := context.Cause(ctx); cause != nil && errors.Is(cause, errdefs.ErrUnavailable) {
+		return cause
+	}
+	return nil
 }
 
 // Exec starts a command. For a background command the returned Execution has only a PID: call
@@ -157,7 +189,7 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if o.Timeout < 0 {
 		return nil, errdefs.InvalidArgument("timeout_seconds: must not be negative")
 	}
-	c, err := m.client(tenant, id)
+	c, life, err := m.client(tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -168,20 +200,20 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if o.Background {
 		base = context.WithoutCancel(ctx)
 	}
-	var sctx context.Context
-	var cancel context.CancelFunc
+	lctx, lcancel := withLife(base, life)
+	sctx, tcancel := context.WithCancel(lctx)
 	if o.Timeout > 0 {
-		sctx, cancel = context.WithTimeout(base, o.Timeout)
-	} else {
-		sctx, cancel = context.WithCancel(base)
+		sctx, tcancel = context.WithTimeout(lctx, o.Timeout)
 	}
+	cancel := func() { tcancel(); lcancel() }
 	started := time.Now()
 	stream, err := c.Start(sctx, req)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0, dl: started.Add(o.Timeout)}
+	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0, dl: started.Add(o.Timeout),
+		probe: func() error { return m.probe(tenant, id) }}
 	if o.Stdin != nil {
 		if len(*o.Stdin) > 0 {
 			if err := c.SendStdin(ctx, e.pid, []byte(*o.Stdin)); err != nil {
@@ -214,22 +246,23 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 
 // Attach follows a process's output from its start (as far as the agent kept it), then live.
 func (m *Manager) Attach(ctx context.Context, tenant, id string, pid uint32) (*Execution, error) {
-	c, err := m.client(tenant, id)
+	c, life, err := m.client(tenant, id)
 	if err != nil {
 		return nil, err
 	}
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := withLife(ctx, life)
 	stream, err := c.Connect(sctx, pid)
 	if err != nil {
 		cancel()
 		return nil, err
 	}
-	return &Execution{pid: pid, stream: stream, ctx: sctx, cancel: cancel, started: time.Now()}, nil
+	return &Execution{pid: pid, stream: stream, ctx: sctx, cancel: cancel, started: time.Now(),
+		probe: func() error { return m.probe(tenant, id) }}, nil
 }
 
 // Processes lists the sandbox's processes started through the agent.
 func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]agent.ProcessInfo, error) {
-	c, err := m.client(tenant, id)
+	c, _, err := m.client(tenant, id)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +271,7 @@ func (m *Manager) Processes(ctx context.Context, tenant, id string) ([]agent.Pro
 
 // Stdin writes data to a process's stdin and, if eof, closes it.
 func (m *Manager) Stdin(ctx context.Context, tenant, id string, pid uint32, r io.Reader, eof bool) error {
-	c, err := m.client(tenant, id)
+	c, _, err := m.client(tenant, id)
 	if err != nil {
 		return err
 	}
@@ -265,7 +298,7 @@ func (m *Manager) Stdin(ctx context.Context, tenant, id string, pid uint32, r io
 
 // Signal sends sig to a process (and its process group).
 func (m *Manager) Signal(ctx context.Context, tenant, id string, pid uint32, sig syscall.Signal) error {
-	c, err := m.client(tenant, id)
+	c, _, err := m.client(tenant, id)
 	if err != nil {
 		return err
 	}
@@ -277,7 +310,7 @@ func (m *Manager) Resize(ctx context.Context, tenant, id string, pid uint32, siz
 	if size.Cols == 0 || size.Rows == 0 {
 		return errdefs.InvalidArgument("resize: cols and rows must be positive")
 	}
-	c, err := m.client(tenant, id)
+	c, _, err := m.client(tenant, id)
 	if err != nil {
 		return err
 	}

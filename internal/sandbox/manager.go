@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"regexp"
@@ -78,6 +79,16 @@ type box struct {
 	spec   Spec
 	slot   *network.Slot
 	client *agent.Client
+	// life ends when the sandbox's runtime goes away (teardown): streams to its agent follow it,
+	// so a crashed sandbox fails its callers at once instead of leaving them to TCP timeouts.
+	life context.Context
+	end  context.CancelCauseFunc
+}
+
+// setClient connects b to its agent and starts its life. The caller holds b.mu.
+func (m *Manager) setClient(b *box) {
+	b.client = agent.NewClient(m.cfg.AgentURL(b.slot), b.rec.AccessToken, m.newHTTPClient())
+	b.life, b.end = context.WithCancelCause(context.Background())
 }
 
 // New returns a Manager. Call Recover before serving and Close on shutdown.
@@ -225,7 +236,13 @@ func (m *Manager) setState(ctx context.Context, b *box, to State, reason string)
 }
 
 func (m *Manager) newHTTPClient() *http.Client {
+	d := &net.Dialer{
+		Timeout: 10 * time.Second,
+		// A sandbox that vanishes sends no FIN: notice a dead peer in seconds, not minutes.
+		KeepAliveConfig: net.KeepAliveConfig{Enable: true, Idle: 5 * time.Second, Interval: 2 * time.Second, Count: 3},
+	}
 	return &http.Client{Transport: &http.Transport{
+		DialContext:         d.DialContext,
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
 		DisableCompression:  true,

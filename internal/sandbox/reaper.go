@@ -2,7 +2,10 @@ package sandbox
 
 import (
 	"context"
+	"fmt"
 	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
 
 	"github.com/space-sandbox/space/internal/runtime"
 )
@@ -74,6 +77,33 @@ func (m *Manager) checkHealth(ctx context.Context) {
 		}
 		b.mu.Unlock()
 	}
+}
+
+// probe checks one sandbox's runtime now (after a broken stream to its agent). If the runtime is
+// gone it handles the crash and returns an error saying so; otherwise nil.
+func (m *Manager) probe(tenant, id string) error {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StateRunning {
+		if State(b.rec.State) == StateError {
+			return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped: %s", id, b.rec.Error))
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, id)
+	if err != nil || st == runtime.StateRunning {
+		return nil
+	}
+	reason := "runtime is " + string(st)
+	m.log.Warn("sandbox runtime died", "id", id, "state", st)
+	m.crashed(ctx, b, reason)
+	return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped: %s", id, reason))
 }
 
 // crashed moves b to error after its runtime died and frees what it held. The caller holds b.mu.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -74,7 +73,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	}
 	st, err := drv.State(ctx, b.rec.ID)
 	if err == nil && st == runtime.StateRunning && b.slot != nil {
-		b.client = agent.NewClient(m.cfg.AgentURL(b.slot), b.rec.AccessToken, m.newHTTPClient())
+		m.setClient(b)
 		if state != StateRunning {
 			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs.
 			b.rec.State = string(StateRunning)
