@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,36 +64,29 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return fmt.Errorf("raw exec: %w", err)
 	}
 
-	fmt.Fprintln(out, "starting spaced …")
-	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin})
+	fmt.Fprintln(out, "starting spaced (warm pool of 2, the default) …")
+	d, err := startDaemon(ctx, bin, out, "SPACE_WARM_POOL=2")
 	if err != nil {
 		return err
 	}
-	home := d.Opts.Home
-	defer func() {
-		d.Stop()
-		if leaks := spacedtest.Leaks(d.Opts.Instance, home); len(leaks) > 0 {
-			fmt.Fprintf(out, "WARNING: left on the host: %v\n", leaks)
-		}
-		os.RemoveAll(home)
-	}()
+	defer d.stop()
 	c := d.Client
+	fmt.Fprintln(out, "measuring spaced: POST create + first exec output, from the warm pool …")
+	warmTTI, err := timeToInteractive(ctx, d.Daemon, n, 2)
+	if err != nil {
+		return err
+	}
 
-	fmt.Fprintln(out, "measuring spaced: POST create + first exec output …")
-	var tti []time.Duration
-	for range n {
-		t0 := time.Now()
-		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
-		if err != nil {
-			return err
-		}
-		if err := firstOutput(ctx, c, sb.ID); err != nil {
-			return err
-		}
-		tti = append(tti, time.Since(t0))
-		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
-			return err
-		}
+	fmt.Fprintln(out, "starting spaced with SPACE_WARM_POOL=0 …")
+	cold, err := startDaemon(ctx, bin, out, "SPACE_WARM_POOL=0")
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "measuring spaced: POST create + first exec output, cold …")
+	coldTTI, err := timeToInteractive(ctx, cold.Daemon, n, 0)
+	cold.stop()
+	if err != nil {
+		return err
 	}
 
 	fmt.Fprintln(out, "measuring spaced: exec round trip (echo hi) …")
@@ -122,7 +116,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	}
 
 	results := []result{
-		{"time to interactive (create + first exec output)", median(tti), median(rawTTI), "≤ 1.0×"},
+		{"time to interactive, warm pool (default)", median(warmTTI), median(rawTTI), "≤ 1.0×"},
+		{"time to interactive, cold (SPACE_WARM_POOL=0)", median(coldTTI), median(rawTTI), "≤ 1.0×"},
 		{"exec round trip (echo hi)", median(rt), median(rawExec), "≤ 0.25×"},
 	}
 	fmt.Fprintln(out)
@@ -137,6 +132,76 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return fmt.Errorf("only %d of 10 concurrent creates succeeded", ok)
 	}
 	return nil
+}
+
+type daemon struct {
+	*spacedtest.Daemon
+	out io.Writer
+}
+
+func startDaemon(ctx context.Context, bin string, out io.Writer, env ...string) (*daemon, error) {
+	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin, Env: env})
+	if err != nil {
+		return nil, err
+	}
+	return &daemon{Daemon: d, out: out}, nil
+}
+
+// stop stops spaced, reports anything it left on the host and removes its home.
+func (d *daemon) stop() {
+	home := d.Opts.Home
+	if err := d.Stop(); err != nil {
+		fmt.Fprintf(d.out, "WARNING: stop spaced: %v\n", err)
+	}
+	if leaks := spacedtest.Leaks(d.Opts.Instance, home); len(leaks) > 0 {
+		fmt.Fprintf(d.out, "WARNING: left on the host: %v\n", leaks)
+	}
+	os.RemoveAll(home)
+}
+
+// timeToInteractive measures POST create + first exec output n times. With a warm pool it waits
+// for the pool to hold warm sandboxes before each create, so every create is served from it.
+func timeToInteractive(ctx context.Context, d *spacedtest.Daemon, n, warm int) ([]time.Duration, error) {
+	c := d.Client
+	var out []time.Duration
+	for range n {
+		if warm > 0 {
+			if err := waitWarm(ctx, d.URL, warm); err != nil {
+				return nil, err
+			}
+		}
+		t0 := time.Now()
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+		if err != nil {
+			return nil, err
+		}
+		if err := firstOutput(ctx, c, sb.ID); err != nil {
+			return nil, err
+		}
+		out = append(out, time.Since(t0))
+		if err := c.DeleteSandbox(ctx, sb.ID); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// waitWarm polls /metrics until the warm pool holds n sandboxes.
+func waitWarm(ctx context.Context, url string, n int) error {
+	want := fmt.Sprintf("space_warm_pool_ready %d\n", n)
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		req, _ := http.NewRequestWithContext(ctx, "GET", url+"/metrics", nil)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if strings.Contains(string(body), want) {
+			return nil
+		}
+	}
+	return fmt.Errorf("warm pool did not fill to %d within a minute", n)
 }
 
 // firstOutput runs echo over SSE and returns at its first stdout event.

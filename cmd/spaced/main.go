@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return t.RootFS, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool,
 	})
 	if err != nil {
 		return err

@@ -75,6 +75,16 @@ func (p *loopPool) Release(_ context.Context, s *network.Slot) error {
 	return nil
 }
 
+func (p *loopPool) InUse() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for i := range p.inUse {
+		out = append(out, i)
+	}
+	return out
+}
+
 func (p *loopPool) used() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -657,4 +667,65 @@ func TestRecoverReadoptsRunning(t *testing.T) {
 	if err := m2.Delete(context.Background(), auth.AdminTenant, id); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestWarmPool(t *testing.T) {
+	e := newEnv(t, func(c *sandbox.Config) { c.WarmPool = 1 })
+	waitFor := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("timed out waiting for %s", what)
+			}
+		}
+	}
+	waitFor("the pool to fill", func() bool { return len(mustList(e.drv)) == 1 })
+	warm := mustList(e.drv)[0]
+	var list struct{ Sandboxes []struct{ ID string } }
+	e.do("GET", "/v1/sandboxes", "").json(t, &list)
+	if len(list.Sandboxes) != 0 {
+		t.Fatalf("pool member visible to a tenant: %+v", list)
+	}
+
+	id := e.create(`{"env":{"GREETING":"from the request"},"metadata":{"m":"1"}}`)
+	if id != warm {
+		t.Fatalf("create did not take the warm sandbox %s (got %s)", warm, id)
+	}
+	if x := e.exec(id, `{"command":"echo $GREETING"}`); x.Stdout != "from the request\n" {
+		t.Fatalf("env of a claimed sandbox: %+v", x)
+	}
+	var sb struct {
+		Metadata  map[string]string
+		ExpiresAt time.Time `json:"expires_at"`
+	}
+	e.do("GET", "/v1/sandboxes/"+id, "").json(t, &sb)
+	if sb.Metadata["m"] != "1" || time.Until(sb.ExpiresAt) < 200*time.Second {
+		t.Fatalf("claimed record: %+v", sb)
+	}
+	// A request of another shape goes cold.
+	big := e.create(`{"resources":{"memory_mib":1024}}`)
+	if big == warm {
+		t.Fatal("a non-default shape was served from the pool")
+	}
+	waitFor("the pool to refill", func() bool { return len(mustList(e.drv)) == 3 })
+
+	// Close removes the pool member and only it.
+	e.mgr.Close()
+	if got := mustList(e.drv); len(got) != 2 {
+		t.Fatalf("after Close, runtimes %v; want the two claimed sandboxes", got)
+	}
+
+	// A pool member left by a crashed run is removed by Recover.
+	m2 := e.newMgr()
+	m2.Start()
+	waitFor("the new pool to fill", func() bool { return len(mustList(e.drv)) == 3 })
+	// Simulate a crash: no Close; a third manager recovers.
+	m3 := e.newMgr()
+	if err := m3.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustList(e.drv); len(got) != 2 {
+		t.Fatalf("after recovery, runtimes %v; want the two claimed sandboxes", got)
+	}
+	m2.Close() // its pool member is already gone; Close must cope
 }

@@ -39,6 +39,9 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	for _, st := range states {
 		fmt.Fprintf(w, "space_sandboxes{state=%q} %d\n", st, counts[st])
 	}
+	fmt.Fprintln(w, "# HELP space_warm_pool_ready Sandboxes of the default shape started ahead of demand.")
+	fmt.Fprintln(w, "# TYPE space_warm_pool_ready gauge")
+	fmt.Fprintf(w, "space_warm_pool_ready %d\n", s.sb.WarmReady())
 	fmt.Fprintln(w, "# HELP space_execs_total Commands started through the API.")
 	fmt.Fprintln(w, "# TYPE space_execs_total counter")
 	fmt.Fprintf(w, "space_execs_total %d\n", s.metrics.execs.Load())

@@ -34,6 +34,7 @@ type Config struct {
 	DefaultTTL    time.Duration // default sandbox timeout
 	MaxTTL        time.Duration // largest timeout a client may ask for
 	MaxSandboxes  int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
+	WarmPool      int           // SPACE_WARM_POOL: default-shape sandboxes started ahead of demand
 	LogLevel      string        // SPACE_LOG_LEVEL: debug|info|warn|error
 	Debug         bool          // SPACE_DEBUG: runsc debug logs
 }
@@ -70,6 +71,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.DefaultTTL, "default-timeout", 300*time.Second, "default sandbox timeout")
 	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
 	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", atoiDefault(env("SPACE_MAX_SANDBOXES", ""), 100), "live sandboxes per tenant (SPACE_MAX_SANDBOXES)")
+	fs.IntVar(&c.WarmPool, "warm-pool", atoiDefault(env("SPACE_WARM_POOL", ""), 2), "default-shape sandboxes kept started ahead of demand; 0 disables (SPACE_WARM_POOL)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
 	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
 	if err := fs.Parse(args); err != nil {
@@ -120,6 +122,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, fmt.Errorf("timeouts: want 0 < default (%s) <= max (%s)", c.DefaultTTL, c.MaxTTL))
+	}
+	if c.WarmPool < 0 || c.WarmPool > 64 {
+		errs = append(errs, fmt.Errorf("warm pool %d: want 0..64", c.WarmPool))
 	}
 	if c.MaxSandboxes <= 0 {
 		errs = append(errs, fmt.Errorf("max sandboxes %d: want > 0", c.MaxSandboxes))

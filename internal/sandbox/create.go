@@ -25,14 +25,25 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err != nil {
 		return Info{}, err
 	}
+	if m.eligible(req) {
+		if b := m.claim(ctx, rec, spec); b != nil {
+			defer b.mu.Unlock()
+			m.publish(EventCreated, b.rec, "")
+			m.log.Info("sandbox created", "id", b.rec.ID, "tenant", tenant, "template", b.rec.Template, "warm", true)
+			return infoOf(b.rec, b.spec), nil
+		}
+	}
 	drv := m.cfg.Drivers[rec.Runtime]
+	t0 := time.Now()
 	rootfs, err := m.cfg.Templates(ctx, rec.Template)
 	if err != nil {
 		return Info{}, fmt.Errorf("template %s: %w", rec.Template, err)
 	}
+	tTemplate := time.Since(t0)
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
+	tRecord := time.Since(t0)
 	b := &box{rec: rec, spec: spec}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -55,9 +66,12 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 		m.log.Warn("create failed", "id", rec.ID, "err", err)
 		return Info{}, err
 	}
+	tStarted := time.Since(t0)
 	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
 		return Info{}, err
 	}
+	m.log.Debug("create timing", "id", rec.ID, "template", tTemplate, "record", tRecord-tTemplate,
+		"start", tStarted-tRecord, "persist", time.Since(t0)-tStarted)
 	m.publish(EventCreated, b.rec, "")
 	m.log.Info("sandbox created", "id", rec.ID, "tenant", tenant, "template", rec.Template)
 	return infoOf(b.rec, b.spec), nil
@@ -157,6 +171,7 @@ func (m *Manager) liveCount(tenant string) int {
 
 // start acquires a slot, starts the runtime and waits for the agent. The caller holds b.mu.
 func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs string) error {
+	t0 := time.Now()
 	slot, err := m.cfg.Slots.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("network slot: %w", err)
@@ -174,9 +189,14 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs 
 			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
 		},
 	}
+	tSlot := time.Since(t0)
 	if err := drv.Create(ctx, spec); err != nil {
 		return fmt.Errorf("start runtime: %w", err)
 	}
+	tRuntime := time.Since(t0)
+	defer func() {
+		m.log.Debug("start timing", "id", b.rec.ID, "slot", tSlot, "runtime", tRuntime-tSlot, "agent", time.Since(t0)-tRuntime)
+	}()
 	m.setClient(b)
 	rctx, cancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer cancel()

@@ -162,6 +162,22 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (c *agent.Client
 	return c, actx, cancel, nil
 }
 
+// sandboxEnv returns a copy of the sandbox's own environment. Commands get it under their own:
+// a sandbox taken from the warm pool started before its environment was known.
+func (m *Manager) sandboxEnv(tenant, id string) (map[string]string, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	env := make(map[string]string, len(b.rec.Env))
+	for k, v := range b.rec.Env {
+		env[k] = v
+	}
+	return env, nil
+}
+
 // withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
 func withLife(ctx, life context.Context) (context.Context, context.CancelFunc) {
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -193,7 +209,14 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	req := agent.ExecRequest{Argv: o.Argv, Env: o.Env, Cwd: o.Cwd, User: o.User, PTY: o.PTY,
+	env, err := m.sandboxEnv(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range o.Env {
+		env[k] = v
+	}
+	req := agent.ExecRequest{Argv: o.Argv, Env: env, Cwd: o.Cwd, User: o.User, PTY: o.PTY,
 		Stdin: o.Stdin != nil || o.Background || o.PTY != nil}
 	// Foreground commands follow the request; background ones outlive it.
 	base := ctx

@@ -26,6 +26,8 @@ type SlotPool interface {
 	Acquire(ctx context.Context) (*network.Slot, error)
 	Adopt(ctx context.Context, index int) (*network.Slot, error)
 	Release(ctx context.Context, s *network.Slot) error
+	// InUse lists the lease indexes of slots in use, including ones left by an earlier run.
+	InUse() []int
 }
 
 // TemplateFunc returns the root filesystem directory of a template, building it if needed. An
@@ -50,6 +52,7 @@ type Config struct {
 	ReapInterval    time.Duration // how often expiry is checked (default 1s)
 	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
 	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
+	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.
@@ -64,11 +67,14 @@ type Manager struct {
 	log    *slog.Logger
 	events broker
 
-	mu    sync.Mutex
-	boxes map[string]*box
+	mu      sync.Mutex
+	boxes   map[string]*box
+	warm    []*box // ready pool members, not in boxes (see warm.go)
+	closing bool
 
-	stop chan struct{}
-	wg   sync.WaitGroup
+	refillc chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
 }
 
 // box is the in-memory side of one sandbox. Its mutex serialises lifecycle operations on it; rec
@@ -134,16 +140,19 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, stop: make(chan struct{})}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
 }
 
-// Start launches the reaper. Recover should have run first.
+// Start launches the reaper and the warm pool. Recover should have run first.
 func (m *Manager) Start() {
-	m.wg.Add(1)
+	m.wg.Add(2)
 	go m.reaper()
+	go m.filler()
+	m.refill()
 }
 
-// Close stops background work. Sandboxes keep running: they outlive spaced.
+// Close stops background work and removes the warm pool. Sandboxes keep running: they outlive
+// spaced.
 func (m *Manager) Close() {
 	select {
 	case <-m.stop:
@@ -151,6 +160,7 @@ func (m *Manager) Close() {
 		close(m.stop)
 	}
 	m.wg.Wait()
+	m.drainWarm()
 }
 
 // Subscribe returns lifecycle events for tenant ("" for all tenants).

@@ -18,14 +18,31 @@ func (m *Manager) Recover(ctx context.Context) error {
 		return fmt.Errorf("recover: list sandboxes: %w", err)
 	}
 	known := map[string]bool{}
+	slots := map[int]bool{}
 	for _, rec := range recs {
 		known[rec.ID] = true
+		if rec.Tenant != warmTenant && rec.State != string(StateCreating) && rec.State != string(StateDeleting) {
+			slots[rec.SlotIndex] = true
+		}
 		spec, err := decodeSpec(rec.Spec)
 		if err != nil {
 			return err
 		}
 		b := &box{rec: rec, spec: spec}
 		m.adopt(ctx, b)
+	}
+	// Slots that no surviving sandbox holds (an earlier run died between taking a slot and
+	// recording it) go back.
+	for _, idx := range m.cfg.Slots.InUse() {
+		if slots[idx] {
+			continue
+		}
+		if s, err := m.cfg.Slots.Adopt(ctx, idx); err == nil {
+			m.log.Warn("releasing a network slot no sandbox holds", "slot", idx)
+			if err := m.cfg.Slots.Release(ctx, s); err != nil {
+				m.log.Error("release slot", "slot", idx, "err", err)
+			}
+		}
 	}
 	for name, drv := range m.cfg.Drivers {
 		ids, err := drv.List(ctx)
@@ -59,6 +76,9 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		}
 	}
 	state := State(b.rec.State)
+	if b.rec.Tenant == warmTenant {
+		state = StateDeleting // a warm pool member of an earlier run: remove it
+	}
 	switch state {
 	case StateCreating, StateDeleting:
 		m.log.Info("finishing interrupted operation", "id", b.rec.ID, "state", state)

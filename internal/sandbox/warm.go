@@ -1,0 +1,193 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// The warm pool: sandboxes of the default shape (default template, runtime and resources),
+// started ahead of demand so that a create that fits takes one at once. A pool member is a real
+// sandbox with a record under the reserved tenant "" (no API key can have it), kept out of the
+// tenants' view; claiming it gives the record to the tenant. Members are removed on Close and by
+// Recover, so a stopped spaced leaves none behind.
+
+// warmTenant marks pool members in the store. Tenant names of keys never match it.
+const warmTenant = ""
+
+// eligible reports whether req can be served from the warm pool.
+func (m *Manager) eligible(req CreateRequest) bool {
+	r := req.Resources
+	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" &&
+		(req.Template == "" || req.Template == m.cfg.DefaultTemplate) &&
+		(req.Runtime == "" || req.Runtime == m.cfg.DefaultRuntime) &&
+		(r.VCPUs == 0 || r.VCPUs == defaultVCPUs) && (r.MemoryMiB == 0 || r.MemoryMiB == defaultMemoryMiB) &&
+		(r.DiskMiB == 0 || r.DiskMiB == defaultDiskMiB)
+}
+
+// claim takes a ready pool member and makes it rec's sandbox: rec's ID is replaced by the
+// member's (its runtime is named after it). It returns nil if the pool has nothing ready. The
+// returned box is locked and registered.
+func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box {
+	for {
+		m.mu.Lock()
+		if len(m.warm) == 0 {
+			m.mu.Unlock()
+			m.refill()
+			return nil
+		}
+		b := m.warm[0]
+		m.warm = m.warm[1:]
+		m.mu.Unlock()
+		m.refill()
+
+		b.mu.Lock()
+		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := b.client.Health(hctx)
+		cancel()
+		if err != nil {
+			m.log.Warn("warm sandbox unhealthy; discarding", "id", b.rec.ID, "err", err)
+			b.mu.Unlock()
+			go m.discard(b)
+			continue
+		}
+		prev := b.rec
+		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
+		rec.Spec = encodeSpec(spec)
+		b.rec, b.spec = rec, spec
+		if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+			b.rec = prev
+			m.log.Error("claim warm sandbox", "id", prev.ID, "err", err)
+			b.mu.Unlock()
+			go m.discard(b)
+			return nil
+		}
+		m.register(b)
+		return b
+	}
+}
+
+// refill asks the pool filler to top the pool up.
+func (m *Manager) refill() {
+	select {
+	case m.refillc <- struct{}{}:
+	default:
+	}
+}
+
+// filler keeps WarmPool members ready, one start at a time.
+func (m *Manager) filler() {
+	defer m.wg.Done()
+	backoff := time.Second
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.refillc:
+		}
+		for {
+			m.mu.Lock()
+			need := len(m.warm) < m.cfg.WarmPool
+			m.mu.Unlock()
+			if !need {
+				break
+			}
+			if err := m.startWarm(); err != nil {
+				m.log.Warn("warm pool: start failed", "err", err, "retry_in", backoff)
+				select {
+				case <-m.stop:
+					return
+				case <-time.After(backoff):
+				}
+				backoff = min(2*backoff, time.Minute)
+				continue
+			}
+			backoff = time.Second
+		}
+	}
+}
+
+// startWarm starts one pool member.
+func (m *Manager) startWarm() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec, spec, err := m.prepare(ctx, warmTenant, CreateRequest{})
+	if err != nil {
+		return err
+	}
+	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
+	rootfs, err := m.cfg.Templates(ctx, rec.Template)
+	if err != nil {
+		return err
+	}
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		return err
+	}
+	b := &box{rec: rec, spec: spec}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], rootfs); err != nil {
+		m.teardown(ctx, b)
+		if derr := m.cfg.Store.DeleteSandbox(ctx, rec.ID); derr != nil {
+			m.log.Error("remove record of failed warm sandbox", "id", rec.ID, "err", derr)
+		}
+		return err
+	}
+	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	closed := m.closing
+	if !closed {
+		m.warm = append(m.warm, b)
+	}
+	m.mu.Unlock()
+	if closed {
+		return m.drop(ctx, b)
+	}
+	m.log.Debug("warm sandbox ready", "id", rec.ID)
+	return nil
+}
+
+// discard removes a pool member that will not be used.
+func (m *Manager) discard(b *box) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := m.drop(ctx, b); err != nil {
+		m.log.Error("remove warm sandbox", "id", b.rec.ID, "err", err)
+	}
+}
+
+// drop tears b down and removes its record. The caller holds b.mu.
+func (m *Manager) drop(ctx context.Context, b *box) error {
+	if err := m.teardown(ctx, b); err != nil {
+		return err
+	}
+	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+		return fmt.Errorf("delete record: %w", err)
+	}
+	return nil
+}
+
+// drainWarm removes every pool member (on Close).
+func (m *Manager) drainWarm() {
+	m.mu.Lock()
+	m.closing = true
+	warm := m.warm
+	m.warm = nil
+	m.mu.Unlock()
+	for _, b := range warm {
+		m.discard(b)
+	}
+}
+
+// WarmReady is how many pool members are ready now.
+func (m *Manager) WarmReady() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.warm)
+}
