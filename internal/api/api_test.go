@@ -536,6 +536,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"bad template name", "POST", "/v1/sandboxes", `{"template":"../etc"}`, 400, "invalid_argument"},
 		{"bad runtime", "POST", "/v1/sandboxes", `{"runtime":"vmware"}`, 400, "invalid_argument"},
 		{"negative timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":-1}`, 400, "invalid_argument"},
+		{"overflowing timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":9223372037}`, 400, "invalid_argument"},
+		{"overflowing timeout update", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_seconds":18446744074}`, 400, "invalid_argument"},
 		{"bad env key", "POST", "/v1/sandboxes", `{"env":{"A=B":"c"}}`, 400, "invalid_argument"},
 		{"bad egress", "POST", "/v1/sandboxes", `{"network":{"egress":{"default":"maybe"}}}`, 400, "invalid_argument"},
 		{"bad memory", "POST", "/v1/sandboxes", `{"resources":{"memory_mib":1}}`, 400, "invalid_argument"},
@@ -679,7 +681,7 @@ func TestWarmPool(t *testing.T) {
 			}
 		}
 	}
-	waitFor("the pool to fill", func() bool { return len(mustList(e.drv)) == 1 })
+	waitFor("the pool to fill", func() bool { return e.mgr.WarmReady() == 1 })
 	warm := mustList(e.drv)[0]
 	var list struct{ Sandboxes []struct{ ID string } }
 	e.do("GET", "/v1/sandboxes", "").json(t, &list)
@@ -707,7 +709,7 @@ func TestWarmPool(t *testing.T) {
 	if big == warm {
 		t.Fatal("a non-default shape was served from the pool")
 	}
-	waitFor("the pool to refill", func() bool { return len(mustList(e.drv)) == 3 })
+	waitFor("the pool to refill", func() bool { return e.mgr.WarmReady() == 1 && len(mustList(e.drv)) == 3 })
 
 	// Close removes the pool member and only it.
 	e.mgr.Close()
@@ -718,7 +720,7 @@ func TestWarmPool(t *testing.T) {
 	// A pool member left by a crashed run is removed by Recover.
 	m2 := e.newMgr()
 	m2.Start()
-	waitFor("the new pool to fill", func() bool { return len(mustList(e.drv)) == 3 })
+	waitFor("the new pool to fill", func() bool { return m2.WarmReady() == 1 && len(mustList(e.drv)) == 3 })
 	// Simulate a crash: no Close; a third manager recovers.
 	m3 := e.newMgr()
 	if err := m3.Recover(context.Background()); err != nil {
@@ -728,4 +730,44 @@ func TestWarmPool(t *testing.T) {
 		t.Fatalf("after recovery, runtimes %v; want the two claimed sandboxes", got)
 	}
 	m2.Close() // its pool member is already gone; Close must cope
+}
+
+// A sandbox that crashed gives up its slot for good: after a restart, recovery must not take the
+// slot back from the sandbox that holds it now.
+func TestCrashedSandboxDoesNotReclaimItsSlot(t *testing.T) {
+	e := newEnv(t, func(c *sandbox.Config) { c.HealthInterval = 30 * time.Millisecond })
+	crashed := e.create("")
+	e.drv.Kill(crashed)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var sb struct{ State string }
+		e.do("GET", "/v1/sandboxes/"+crashed, "").json(t, &sb)
+		if sb.State == "error" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("crash not noticed")
+		}
+	}
+	healthy := e.create("") // takes the freed slot
+	e.mgr.Close()
+	m2 := e.newMgr()
+	if err := m2.Recover(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got, err := m2.Get(context.Background(), auth.AdminTenant, healthy)
+	if err != nil || got.State != sandbox.StateRunning {
+		t.Fatalf("healthy sandbox after recovery: %+v %v", got, err)
+	}
+	if _, err := m2.Processes(context.Background(), auth.AdminTenant, healthy); err != nil {
+		t.Fatalf("healthy sandbox unreachable after recovery: %v", err)
+	}
+	if err := m2.Delete(context.Background(), auth.AdminTenant, crashed); err != nil {
+		t.Fatal(err)
+	}
+	if e.pool.used() != 1 {
+		t.Fatalf("deleting the crashed sandbox changed the slots: %d in use", e.pool.used())
+	}
+	if err := m2.Delete(context.Background(), auth.AdminTenant, healthy); err != nil {
+		t.Fatal(err)
+	}
 }

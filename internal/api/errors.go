@@ -38,7 +38,7 @@ func statusOf(err error) (int, string) {
 		return http.StatusTooManyRequests, "resource_exhausted"
 	case errors.Is(err, errdefs.ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
-	case errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, "unavailable"
 	}
 	var mbe *http.MaxBytesError
@@ -63,6 +63,9 @@ func messageOf(err error, status int) string {
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := statusOf(err)
+	if r.Context().Err() != nil {
+		return // the client is gone; there is no one to answer
+	}
 	if status >= 500 {
 		s.log.Error("request failed", "method", r.Method, "path", r.URL.Path, "err", err)
 	} else {

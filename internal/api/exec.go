@@ -190,6 +190,10 @@ func (u *utf8Splitter) flush() []byte {
 	return b
 }
 
+// maxSpool bounds how much of one output stream a JSON exec answer carries; beyond it output is
+// dropped and the answer says "truncated": true (use SSE for more).
+const maxSpool = 256 << 20
+
 // collectExec runs an execution to its end and answers with one JSON object. Output is spooled
 // to temporary files, never held in memory, and streamed into the response.
 func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox.Execution) {
@@ -208,6 +212,8 @@ func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox
 	defer os.Remove(stderr.Name())
 	defer stderr.Close()
 	var exit sandbox.ExecEvent
+	var spooled [2]int64 // stdout, stderr
+	truncated := false
 	for {
 		ev, err := ex.Next()
 		if err == io.EOF {
@@ -218,10 +224,17 @@ func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox
 			return
 		}
 		switch ev.Kind {
-		case sandbox.ExecStdout:
-			_, err = stdout.Write(ev.Data)
-		case sandbox.ExecStderr:
-			_, err = stderr.Write(ev.Data)
+		case sandbox.ExecStdout, sandbox.ExecStderr:
+			i, f := 0, stdout
+			if ev.Kind == sandbox.ExecStderr {
+				i, f = 1, stderr
+			}
+			data := ev.Data
+			if room := maxSpool - spooled[i]; int64(len(data)) > room {
+				data, truncated = data[:max(room, 0)], true
+			}
+			spooled[i] += int64(len(data))
+			_, err = f.Write(data)
 		case sandbox.ExecExit:
 			exit = ev
 		}
@@ -245,6 +258,9 @@ func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox
 	if err := writeJSONStringFrom(bw, stderr); err != nil {
 		s.log.Debug("write exec response", "err", err)
 		return
+	}
+	if truncated {
+		bw.WriteString(`,"truncated":true`)
 	}
 	bw.WriteString("}\n")
 	_ = bw.Flush()

@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -79,4 +80,14 @@ func (s *sseStream) send(event string, v any) error {
 	return s.err
 }
 
-func (s *sseStream) close() { s.once.Do(func() { close(s.stop) }) }
+// close stops the keepalive; nothing is written after it returns (the handler may return).
+func (s *sseStream) close() {
+	s.once.Do(func() { close(s.stop) })
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = errStreamClosed
+	}
+	s.mu.Unlock()
+}
+
+var errStreamClosed = errors.New("stream closed")

@@ -25,6 +25,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err != nil {
 		return Info{}, err
 	}
+	defer m.unreserve(tenant)
 	if m.eligible(req) {
 		if b := m.claim(ctx, rec, spec); b != nil {
 			defer b.mu.Unlock()
@@ -44,30 +45,29 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	tRecord := time.Since(t0)
-	b := &box{rec: rec, spec: spec}
+	b := newBox(rec, spec)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	m.mu.Lock()
-	m.boxes[rec.ID] = b
-	m.mu.Unlock()
+	m.register(b)
 
-	if err := m.start(ctx, b, drv, rootfs); err != nil {
-		// Cleanup must run even if the caller went away.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		m.teardown(cctx, b)
+	// Once started, the sandbox is recorded whatever the caller does: no half-made sandboxes.
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	err = m.start(ctx, b, drv, rootfs)
+	tStarted := time.Since(t0)
+	if err == nil {
+		err = m.setState(pctx, b, StateRunning, "")
+	}
+	if err != nil {
+		m.teardown(pctx, b)
 		b.rec.State = string(StateDeleted)
 		m.mu.Lock()
 		delete(m.boxes, rec.ID)
 		m.mu.Unlock()
-		if derr := m.cfg.Store.DeleteSandbox(cctx, rec.ID); derr != nil {
+		if derr := m.cfg.Store.DeleteSandbox(pctx, rec.ID); derr != nil {
 			m.log.Error("remove record of failed sandbox", "id", rec.ID, "err", derr)
 		}
 		m.log.Warn("create failed", "id", rec.ID, "err", err)
-		return Info{}, err
-	}
-	tStarted := time.Since(t0)
-	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
 		return Info{}, err
 	}
 	m.log.Debug("create timing", "id", rec.ID, "template", tTemplate, "record", tRecord-tTemplate,
@@ -100,11 +100,10 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	}
 	timeout := m.cfg.DefaultTimeout
 	if req.TimeoutSeconds != nil {
-		t := time.Duration(*req.TimeoutSeconds) * time.Second
-		if *req.TimeoutSeconds <= 0 || t > m.cfg.MaxTimeout {
+		if *req.TimeoutSeconds <= 0 || *req.TimeoutSeconds > int(m.cfg.MaxTimeout/time.Second) {
 			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("timeout_seconds: want 1..%d", int(m.cfg.MaxTimeout.Seconds())))
 		}
-		timeout = t
+		timeout = time.Duration(*req.TimeoutSeconds) * time.Second
 	}
 	switch req.OnTimeout {
 	case "":
@@ -143,8 +142,8 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	if spec.Resources.DiskMiB == 0 {
 		spec.Resources.DiskMiB = defaultDiskMiB
 	}
-	if n := m.liveCount(tenant); n >= m.cfg.MaxPerTenant {
-		return store.Sandbox{}, Spec{}, errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant has %d live sandboxes; the limit is %d", n, m.cfg.MaxPerTenant))
+	if err := m.reserve(tenant); err != nil {
+		return store.Sandbox{}, Spec{}, err
 	}
 	now := m.cfg.Now().UTC()
 	rec := store.Sandbox{
@@ -157,16 +156,36 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	return rec, spec, nil
 }
 
-func (m *Manager) liveCount(tenant string) int {
+// reserve admits one create for tenant under its quota; unreserve ends the admission once the
+// sandbox is registered (or failed). The warm pool's tenant has no quota.
+func (m *Manager) reserve(tenant string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := 0
+	if tenant == warmTenant {
+		return nil
+	}
+	n := m.pending[tenant]
 	for _, b := range m.boxes {
-		if b.rec.Tenant == tenant {
+		if b.tenant == tenant {
 			n++
 		}
 	}
-	return n
+	if n >= m.cfg.MaxPerTenant {
+		return errdefs.New(errdefs.ErrResourceExhausted, fmt.Sprintf("tenant has %d live sandboxes; the limit is %d", n, m.cfg.MaxPerTenant))
+	}
+	m.pending[tenant]++
+	return nil
+}
+
+func (m *Manager) unreserve(tenant string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if tenant == warmTenant {
+		return
+	}
+	if m.pending[tenant]--; m.pending[tenant] <= 0 {
+		delete(m.pending, tenant)
+	}
 }
 
 // start acquires a slot, starts the runtime and waits for the agent. The caller holds b.mu.
@@ -229,7 +248,11 @@ func (m *Manager) teardown(ctx context.Context, b *box) error {
 			errs = append(errs, fmt.Errorf("release slot: %w", err))
 		} else {
 			b.slot = nil
+			b.rec.SlotIndex = -1 // never claim a slot another sandbox may now hold
 		}
+	}
+	if b.hc != nil {
+		b.hc.CloseIdleConnections()
 	}
 	b.client = nil
 	err := errors.Join(errs...)

@@ -27,8 +27,13 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 	if State(b.rec.State) == StateDeleted {
 		return errdefs.NotFound(fmt.Sprintf("sandbox %s not found", b.rec.ID))
 	}
-	if err := m.setState(ctx, b, StateDeleting, reason); err != nil {
-		return err
+	if evt == EventExpired && (State(b.rec.State) != StateRunning || !m.cfg.Now().After(b.rec.ExpiresAt)) {
+		return nil // its timeout was extended (or it changed state) since the reaper looked
+	}
+	if State(b.rec.State) != StateDeleting { // a retry of a delete that failed half-way goes on
+		if err := m.setState(ctx, b, StateDeleting, reason); err != nil {
+			return err
+		}
 	}
 	if err := m.teardown(ctx, b); err != nil {
 		_ = m.setState(ctx, b, StateError, err.Error())
@@ -87,7 +92,7 @@ func (m *Manager) List(ctx context.Context, tenant string, f ListFilter) ([]Info
 
 // SetTimeout makes the sandbox expire seconds from now.
 func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, seconds int) (Info, error) {
-	if seconds <= 0 || time.Duration(seconds)*time.Second > m.cfg.MaxTimeout {
+	if seconds <= 0 || seconds > int(m.cfg.MaxTimeout/time.Second) {
 		return Info{}, errdefs.InvalidArgument(fmt.Sprintf("timeout_seconds: want 1..%d", int(m.cfg.MaxTimeout.Seconds())))
 	}
 	b, err := m.lookup(tenant, id)

@@ -59,6 +59,10 @@ type Execution struct {
 	probe   func() error // checks the sandbox after a broken stream; non-nil: it stopped
 }
 
+// timeoutGrace is how long a timed command's stream outlives its timeout, for the kill to land
+// and the last output to arrive.
+const timeoutGrace = 5 * time.Second
+
 // deadlineSlack covers the agent enforcing the same deadline a moment before our clock does.
 const deadlineSlack = 250 * time.Millisecond
 
@@ -223,17 +227,37 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if o.Background {
 		base = context.WithoutCancel(ctx)
 	}
+	// With a timeout, spaced kills the command at the deadline and reads on to its end, so no
+	// output written before the kill is lost; the stream itself (and the agent's own deadline
+	// kill, a fallback) runs timeoutGrace longer.
 	lctx, lcancel := withLife(base, life)
 	sctx, tcancel := context.WithCancel(lctx)
 	if o.Timeout > 0 {
-		sctx, tcancel = context.WithTimeout(lctx, o.Timeout)
+		sctx, tcancel = context.WithTimeout(lctx, o.Timeout+timeoutGrace)
 	}
-	cancel := func() { tcancel(); lcancel() }
+	var killer *time.Timer
+	cancel := func() {
+		if killer != nil {
+			killer.Stop()
+		}
+		tcancel()
+		lcancel()
+	}
 	started := time.Now()
 	stream, err := c.Start(sctx, req)
 	if err != nil {
 		cancel()
 		return nil, err
+	}
+	if o.Timeout > 0 {
+		pid := stream.PID()
+		killer = time.AfterFunc(time.Until(started.Add(o.Timeout)), func() {
+			kctx, kcancel := context.WithTimeout(context.WithoutCancel(lctx), 5*time.Second)
+			defer kcancel()
+			if err := c.Signal(kctx, pid, syscall.SIGKILL); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
+				m.log.Warn("kill command at its timeout", "id", id, "pid", pid, "err", err)
+			}
+		})
 	}
 	e := &Execution{pid: stream.PID(), stream: stream, ctx: sctx, cancel: cancel, started: started, timeout: o.Timeout > 0, dl: started.Add(o.Timeout),
 		probe: func() error { return m.probe(tenant, id) }}

@@ -69,7 +69,8 @@ type Manager struct {
 
 	mu      sync.Mutex
 	boxes   map[string]*box
-	warm    []*box // ready pool members, not in boxes (see warm.go)
+	pending map[string]int // per tenant: creates admitted by the quota, not yet registered
+	warm    []*box         // ready pool members, not in boxes (see warm.go)
 	closing bool
 
 	refillc chan struct{}
@@ -80,8 +81,11 @@ type Manager struct {
 // box is the in-memory side of one sandbox. Its mutex serialises lifecycle operations on it; rec
 // is the persisted truth and is changed only through setState/save.
 type box struct {
+	id, tenant string // immutable copies of rec's, readable without mu
+
 	mu     sync.Mutex
 	rec    store.Sandbox
+	hc     *http.Client
 	spec   Spec
 	slot   *network.Slot
 	client *agent.Client
@@ -93,7 +97,8 @@ type box struct {
 
 // setClient connects b to its agent and starts its life. The caller holds b.mu.
 func (m *Manager) setClient(b *box) {
-	b.client = agent.NewClient(m.cfg.AgentURL(b.slot), b.rec.AccessToken, m.newHTTPClient())
+	b.hc = m.newHTTPClient()
+	b.client = agent.NewClient(m.cfg.AgentURL(b.slot), b.rec.AccessToken, b.hc)
 	b.life, b.end = context.WithCancelCause(context.Background())
 }
 
@@ -140,7 +145,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.
@@ -222,7 +227,7 @@ func (m *Manager) lookup(tenant, id string) (*box, error) {
 	m.mu.Lock()
 	b, ok := m.boxes[id]
 	m.mu.Unlock()
-	if !ok || (tenant != "" && b.rec.Tenant != tenant) {
+	if !ok || (tenant != "" && b.tenant != tenant) {
 		return nil, errdefs.NotFound(fmt.Sprintf("sandbox %s not found", id))
 	}
 	return b, nil
@@ -265,4 +270,9 @@ func encodeSpec(s Spec) json.RawMessage {
 		panic(err) // Spec holds only plain data
 	}
 	return b
+}
+
+// newBox returns an unregistered box for rec.
+func newBox(rec store.Sandbox, spec Spec) *box {
+	return &box{id: rec.ID, tenant: rec.Tenant, rec: rec, spec: spec}
 }

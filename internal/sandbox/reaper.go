@@ -26,7 +26,7 @@ func (m *Manager) reaper() {
 		now := m.cfg.Now()
 		for _, b := range m.expired(now) {
 			if err := m.remove(ctx, b, EventExpired, "timeout"); err != nil {
-				m.log.Error("remove expired sandbox", "id", b.rec.ID, "err", err)
+				m.log.Error("remove expired sandbox", "id", b.id, "err", err)
 			}
 		}
 		if now.Sub(lastHealth) >= m.cfg.HealthInterval {

@@ -21,15 +21,14 @@ func (m *Manager) Recover(ctx context.Context) error {
 	slots := map[int]bool{}
 	for _, rec := range recs {
 		known[rec.ID] = true
-		if rec.Tenant != warmTenant && rec.State != string(StateCreating) && rec.State != string(StateDeleting) {
+		if rec.Tenant != warmTenant && rec.State != string(StateCreating) && rec.State != string(StateDeleting) && rec.State != string(StateError) {
 			slots[rec.SlotIndex] = true
 		}
 		spec, err := decodeSpec(rec.Spec)
 		if err != nil {
 			return err
 		}
-		b := &box{rec: rec, spec: spec}
-		m.adopt(ctx, b)
+		m.adopt(ctx, newBox(rec, spec))
 	}
 	// Slots that no surviving sandbox holds (an earlier run died between taking a slot and
 	// recording it) go back.
@@ -68,7 +67,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		m.log.Error("sandbox of an unconfigured runtime; leaving it alone", "id", b.rec.ID, "runtime", b.rec.Runtime)
 		return
 	}
-	if b.rec.SlotIndex >= 0 {
+	if b.rec.SlotIndex >= 0 && State(b.rec.State) != StateError {
 		if s, err := m.cfg.Slots.Adopt(ctx, b.rec.SlotIndex); err == nil {
 			b.slot = s
 		} else {

@@ -43,27 +43,39 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 		m.mu.Unlock()
 		m.refill()
 
+		if ctx.Err() != nil { // the caller went away: keep the member for the next one
+			m.mu.Lock()
+			m.warm = append([]*box{b}, m.warm...)
+			m.mu.Unlock()
+			return nil
+		}
+		// From here the claim completes whatever the caller does.
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		b.mu.Lock()
-		hctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		hctx, hcancel := context.WithTimeout(wctx, 2*time.Second)
 		err := b.client.Health(hctx)
-		cancel()
+		hcancel()
 		if err != nil {
+			cancel()
 			m.log.Warn("warm sandbox unhealthy; discarding", "id", b.rec.ID, "err", err)
 			b.mu.Unlock()
-			go m.discard(b)
+			m.goDiscard(b)
 			continue
 		}
 		prev := b.rec
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
 		rec.Spec = encodeSpec(spec)
 		b.rec, b.spec = rec, spec
-		if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		err = m.cfg.Store.UpdateSandbox(wctx, b.rec)
+		cancel()
+		if err != nil {
 			b.rec = prev
 			m.log.Error("claim warm sandbox", "id", prev.ID, "err", err)
 			b.mu.Unlock()
-			go m.discard(b)
+			m.goDiscard(b)
 			return nil
 		}
+		b.tenant = rec.Tenant // before it is registered: readable without b.mu from then on
 		m.register(b)
 		return b
 	}
@@ -125,12 +137,14 @@ func (m *Manager) startWarm() error {
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return err
 	}
-	b := &box{rec: rec, spec: spec}
+	b := newBox(rec, spec)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], rootfs); err != nil {
-		m.teardown(ctx, b)
-		if derr := m.cfg.Store.DeleteSandbox(ctx, rec.ID); derr != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		m.teardown(cctx, b)
+		if derr := m.cfg.Store.DeleteSandbox(cctx, rec.ID); derr != nil {
 			m.log.Error("remove record of failed warm sandbox", "id", rec.ID, "err", derr)
 		}
 		return err
@@ -149,6 +163,15 @@ func (m *Manager) startWarm() error {
 	}
 	m.log.Debug("warm sandbox ready", "id", rec.ID)
 	return nil
+}
+
+// goDiscard discards b in the background; Close waits for it.
+func (m *Manager) goDiscard(b *box) {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.discard(b)
+	}()
 }
 
 // discard removes a pool member that will not be used.
