@@ -771,3 +771,34 @@ func TestCrashedSandboxDoesNotReclaimItsSlot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A sandbox being created is visible as "creating" at once; reads do not wait for the create.
+func TestStateVisibleDuringCreate(t *testing.T) {
+	e := newEnv(t)
+	e.drv.Delay = 2 * time.Second
+	done := make(chan resp, 1)
+	go func() { done <- e.do("POST", "/v1/sandboxes", "") }()
+	var id string
+	for deadline := time.Now().Add(time.Second); id == ""; time.Sleep(10 * time.Millisecond) {
+		var list struct{ Sandboxes []struct{ ID, State string } }
+		e.do("GET", "/v1/sandboxes", "").json(t, &list)
+		if len(list.Sandboxes) == 1 && list.Sandboxes[0].State == "creating" {
+			id = list.Sandboxes[0].ID
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("creating sandbox not listed")
+		}
+	}
+	t0 := time.Now()
+	var sb struct{ State string }
+	e.do("GET", "/v1/sandboxes/"+id, "").json(t, &sb)
+	if sb.State != "creating" || time.Since(t0) > time.Second {
+		t.Fatalf("GET during create: %q after %s", sb.State, time.Since(t0))
+	}
+	if !strings.Contains(string(e.do("GET", "/metrics", "").body), `space_sandboxes{state="creating"} 1`) {
+		t.Fatal("metrics do not show the sandbox being created")
+	}
+	if r := <-done; r.status != 201 {
+		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+}

@@ -61,6 +61,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err != nil {
 		m.teardown(pctx, b)
 		b.rec.State = string(StateDeleted)
+		b.refresh()
 		m.mu.Lock()
 		delete(m.boxes, rec.ID)
 		m.mu.Unlock()

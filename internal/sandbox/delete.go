@@ -43,6 +43,7 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 		return fmt.Errorf("delete record: %w", err)
 	}
 	b.rec.State = string(StateDeleted)
+	b.refresh()
 	m.mu.Lock()
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()
@@ -57,9 +58,7 @@ func (m *Manager) Get(ctx context.Context, tenant, id string) (Info, error) {
 	if err != nil {
 		return Info{}, err
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return infoOf(b.rec, b.spec), nil
+	return *b.view.Load(), nil
 }
 
 // ListFilter selects sandboxes in List.
@@ -109,6 +108,7 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, seconds int
 	b.rec.ExpiresAt = now.Add(time.Duration(seconds) * time.Second)
 	b.rec.TimeoutSeconds = seconds
 	b.rec.UpdatedAt = now
+	defer b.refresh()
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		b.rec = prev
 		return Info{}, err
@@ -120,9 +120,7 @@ func (m *Manager) SetTimeout(ctx context.Context, tenant, id string, seconds int
 func (m *Manager) Counts() map[string]int {
 	out := map[string]int{}
 	for _, b := range m.snapshotBoxes() {
-		b.mu.Lock()
-		out[b.rec.State]++
-		b.mu.Unlock()
+		out[string(b.view.Load().State)]++
 	}
 	return out
 }

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
@@ -89,6 +90,9 @@ type box struct {
 	spec   Spec
 	slot   *network.Slot
 	client *agent.Client
+	// view is the sandbox as the API shows it, refreshed (under mu) whenever rec changes, so
+	// that reads never wait for a create or delete in progress.
+	view atomic.Pointer[Info]
 	// life ends when the sandbox's runtime goes away (teardown): streams to its agent follow it,
 	// so a crashed sandbox fails its callers at once instead of leaving them to TCP timeouts.
 	life context.Context
@@ -243,6 +247,7 @@ func (m *Manager) setState(ctx context.Context, b *box, to State, reason string)
 	b.rec.State = string(to)
 	b.rec.Error = reason
 	b.rec.UpdatedAt = m.cfg.Now().UTC()
+	defer b.refresh()
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		b.rec = prev
 		return fmt.Errorf("persist state %s: %w", to, err)
@@ -274,5 +279,13 @@ func encodeSpec(s Spec) json.RawMessage {
 
 // newBox returns an unregistered box for rec.
 func newBox(rec store.Sandbox, spec Spec) *box {
-	return &box{id: rec.ID, tenant: rec.Tenant, rec: rec, spec: spec}
+	b := &box{id: rec.ID, tenant: rec.Tenant, rec: rec, spec: spec}
+	b.refresh()
+	return b
+}
+
+// refresh republishes b's view. The caller holds b.mu (or owns b alone).
+func (b *box) refresh() {
+	v := infoOf(b.rec, b.spec)
+	b.view.Store(&v)
 }

@@ -96,6 +96,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		if state != StateRunning {
 			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs.
 			b.rec.State = string(StateRunning)
+			b.refresh()
 			if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 				m.log.Error("persist adopted state", "id", b.rec.ID, "err", err)
 			}

@@ -70,12 +70,14 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 		cancel()
 		if err != nil {
 			b.rec = prev
+			b.refresh()
 			m.log.Error("claim warm sandbox", "id", prev.ID, "err", err)
 			b.mu.Unlock()
 			m.goDiscard(b)
 			return nil
 		}
 		b.tenant = rec.Tenant // before it is registered: readable without b.mu from then on
+		b.refresh()
 		m.register(b)
 		return b
 	}

@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/space-sandbox/space/internal/agent/server"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -25,6 +26,8 @@ type Driver struct {
 	FailCreate func(id string) bool
 	// Unavailable, if set, is returned by Available.
 	Unavailable error
+	// Delay, if set, is how long Create takes.
+	Delay time.Duration
 }
 
 type instance struct {
@@ -45,6 +48,13 @@ func (d *Driver) Available(context.Context) error { return d.Unavailable }
 
 // Create implements runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
+	if d.Delay > 0 {
+		select {
+		case <-time.After(d.Delay):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if d.FailCreate != nil && d.FailCreate(spec.ID) {
 		return errors.New("fake: create failed as asked")
 	}
