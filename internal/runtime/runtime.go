@@ -37,6 +37,7 @@ type Network struct {
 type Spec struct {
 	ID         string            // sandbox ID; unique on the host for this spaced instance
 	RootFS     string            // template root filesystem directory; read-only, shared; never written
+	Layers     []string          // further read-only template layers over RootFS, bottom to top (overlayfs semantics: whiteouts delete)
 	AgentPath  string            // host path of the space-agent binary to run as the sandbox's init
 	AgentToken string            // access token the agent demands on every call
 	Env        map[string]string // environment of the agent (and so default env of commands)
@@ -88,6 +89,14 @@ type Driver interface {
 type Checkpointer interface {
 	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
 	Restore(ctx context.Context, spec Spec, dir string) error
+}
+
+// LayerExporter is the optional ability to hand over a sandbox's writable layer — the files it
+// added or changed, with overlayfs whiteouts for what it deleted — as the directory dest (which
+// must not exist), so that it can become a template layer. The sandbox is stopped first; the
+// caller then Deletes it as usual.
+type LayerExporter interface {
+	ExportLayer(ctx context.Context, id, dest string) error
 }
 
 // Factory builds a driver whose per-sandbox state lives under stateDir.

@@ -80,8 +80,9 @@ type Driver struct {
 }
 
 var (
-	_ runtime.Driver       = (*Driver)(nil)
-	_ runtime.Checkpointer = (*Driver)(nil)
+	_ runtime.Driver        = (*Driver)(nil)
+	_ runtime.LayerExporter = (*Driver)(nil)
+	_ runtime.Checkpointer  = (*Driver)(nil)
 )
 
 // validID matches the IDs the driver accepts: they name directories, cgroups and runsc
@@ -221,7 +222,7 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	}
 	rootfs := filepath.Join(sb, "rootfs")
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
-		spec.RootFS, filepath.Join(sb, "upper"), filepath.Join(sb, "work"))
+		lowerDirs(spec), filepath.Join(sb, "upper"), filepath.Join(sb, "work"))
 	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", rootfs, err)
 	}
@@ -242,7 +243,7 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	if err := os.WriteFile(filepath.Join(sb, "config.json"), b, 0o600); err != nil {
 		return err
 	}
-	b, err = json.Marshal(sandboxInfo{RootFS: spec.RootFS})
+	b, err = json.Marshal(sandboxInfo{RootFS: spec.RootFS, Layers: spec.Layers})
 	if err != nil {
 		return err
 	}
@@ -254,7 +255,17 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 const infoFile = "sandbox.json"
 
 type sandboxInfo struct {
-	RootFS string `json:"rootFS"` // the template: lower layer of the overlay
+	RootFS string   `json:"rootFS"`           // the template: lower layer of the overlay
+	Layers []string `json:"layers,omitempty"` // further template layers over it, bottom to top
+}
+
+// lowerDirs is the overlayfs lowerdir option: the topmost layer first, RootFS last.
+func lowerDirs(spec runtime.Spec) string {
+	dirs := make([]string, 0, len(spec.Layers)+1)
+	for i := len(spec.Layers) - 1; i >= 0; i-- {
+		dirs = append(dirs, spec.Layers[i])
+	}
+	return strings.Join(append(dirs, spec.RootFS), ":")
 }
 
 func (d *Driver) readInfo(id string) (sandboxInfo, error) {
@@ -393,6 +404,11 @@ func validateSpec(spec runtime.Spec) error {
 	}
 	if strings.ContainsAny(spec.RootFS, ",:") {
 		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q: overlayfs cannot use a path with ',' or ':'", spec.RootFS))
+	}
+	for _, l := range spec.Layers {
+		if st, err := os.Stat(l); err != nil || !st.IsDir() || !filepath.IsAbs(l) || strings.ContainsAny(l, ",:") {
+			return errdefs.InvalidArgument(fmt.Sprintf("layer %q is not an absolute directory path overlayfs can use", l))
+		}
 	}
 	if st, err := os.Stat(spec.AgentPath); err != nil || !st.Mode().IsRegular() {
 		return errdefs.InvalidArgument(fmt.Sprintf("agent %q is not a regular file", spec.AgentPath))
