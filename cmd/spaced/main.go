@@ -131,9 +131,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool,
-		Templates: func(ctx context.Context, name string) (string, error) {
+		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
 			t, err := templates.Ensure(ctx, name)
-			return t.RootFS, err
+			return sandbox.Template{RootFS: t.RootFS}, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool,

@@ -92,14 +92,15 @@ func (p *loopPool) used() int {
 }
 
 type env struct {
-	t      *testing.T
-	url    string
-	key    string
-	keys   *auth.Keys
-	mgr    *sandbox.Manager
-	drv    *fake.Driver
-	pool   *loopPool
-	newMgr func() *sandbox.Manager
+	t        *testing.T
+	imageDir string
+	url      string
+	key      string
+	keys     *auth.Keys
+	mgr      *sandbox.Manager
+	drv      *fake.Driver
+	pool     *loopPool
+	newMgr   func() *sandbox.Manager
 }
 
 func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
@@ -120,16 +121,20 @@ func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, drv: fake.New(), pool: newLoopPool()}
+	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, drv: fake.New(), pool: newLoopPool(), imageDir: t.TempDir()}
 	e.newMgr = func() *sandbox.Manager {
 		cfg := sandbox.Config{
 			Store: st, Drivers: map[string]runtime.Driver{"fake": e.drv}, DefaultRuntime: "fake",
 			Slots: e.pool, Logger: log, ReapInterval: 20 * time.Millisecond, ReadyTimeout: 5 * time.Second,
-			Templates: func(_ context.Context, name string) (string, error) {
-				if name != "minimal" {
-					return "", errdefs.NotFound("template " + name + " not found")
+			Templates: func(_ context.Context, name string) (sandbox.Template, error) {
+				switch name {
+				case "minimal":
+					return sandbox.Template{RootFS: dir}, nil
+				case "with-defaults": // as an image's config would set them
+					return sandbox.Template{RootFS: dir, Env: map[string]string{"FROM_IMAGE": "yes", "GREETING": "image"},
+						WorkingDir: e.imageDir, User: ""}, nil
 				}
-				return dir, nil
+				return sandbox.Template{}, errdefs.NotFound("template " + name + " not found")
 			},
 		}
 		for _, f := range tweak {
@@ -800,5 +805,18 @@ func TestStateVisibleDuringCreate(t *testing.T) {
 	}
 	if r := <-done; r.status != 201 {
 		t.Fatalf("create: %d %s", r.status, r.body)
+	}
+}
+
+// A template's image defaults (env, working directory) apply to every command; the sandbox's own
+// env and the command's own settings win over them.
+func TestTemplateDefaults(t *testing.T) {
+	e := newEnv(t)
+	id := e.create(`{"template":"with-defaults","env":{"GREETING":"sandbox"}}`)
+	if x := e.exec(id, `{"command":"echo $FROM_IMAGE $GREETING; pwd"}`); x.Stdout != "yes sandbox\n"+e.imageDir+"\n" {
+		t.Fatalf("defaults: %+v", x)
+	}
+	if x := e.exec(id, `{"command":"pwd","cwd":"/"}`); x.Stdout != "/\n" {
+		t.Fatalf("explicit cwd: %+v", x)
 	}
 }

@@ -36,10 +36,13 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	}
 	drv := m.cfg.Drivers[rec.Runtime]
 	t0 := time.Now()
-	rootfs, err := m.cfg.Templates(ctx, rec.Template)
+	tpl, err := m.cfg.Templates(ctx, rec.Template)
 	if err != nil {
 		return Info{}, fmt.Errorf("template %s: %w", rec.Template, err)
 	}
+	b0 := newBox(rec, spec)
+	applyTemplate(b0, tpl)
+	rec, spec = b0.rec, b0.spec
 	tTemplate := time.Since(t0)
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
@@ -53,7 +56,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	// Once started, the sandbox is recorded whatever the caller does: no half-made sandboxes.
 	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	err = m.start(ctx, b, drv, rootfs)
+	err = m.start(ctx, b, drv, tpl)
 	tStarted := time.Since(t0)
 	if err == nil {
 		err = m.setState(pctx, b, StateRunning, "")
@@ -190,7 +193,7 @@ func (m *Manager) unreserve(tenant string) {
 }
 
 // start acquires a slot, starts the runtime and waits for the agent. The caller holds b.mu.
-func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs string) error {
+func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, tpl Template) error {
 	t0 := time.Now()
 	slot, err := m.cfg.Slots.Acquire(ctx)
 	if err != nil {
@@ -201,9 +204,16 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs 
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		return fmt.Errorf("record slot: %w", err)
 	}
+	env := make(map[string]string, len(tpl.Env)+len(b.rec.Env))
+	for k, v := range tpl.Env {
+		env[k] = v
+	}
+	for k, v := range b.rec.Env {
+		env[k] = v
+	}
 	spec := runtime.Spec{
-		ID: b.rec.ID, RootFS: rootfs, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
-		Env: b.rec.Env, Hostname: hostname(b.rec.ID),
+		ID: b.rec.ID, RootFS: tpl.RootFS, Layers: tpl.Layers, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
+		Env: env, Hostname: hostname(b.rec.ID),
 		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
 		Network: runtime.Network{
 			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
@@ -227,6 +237,13 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, rootfs 
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox agent did not become ready in %s: %v", m.cfg.ReadyTimeout, err))
 	}
 	return nil
+}
+
+// applyTemplate records the template's command defaults in b's spec. The caller owns b.
+func applyTemplate(b *box, tpl Template) {
+	b.spec.WorkingDir, b.spec.User = tpl.WorkingDir, tpl.User
+	b.rec.Spec = encodeSpec(b.spec)
+	b.refresh()
 }
 
 // hostname is the sandbox's host name: its ID without the prefix underscore (not valid in names).

@@ -168,10 +168,10 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (c *agent.Client
 
 // sandboxEnv returns a copy of the sandbox's own environment. Commands get it under their own:
 // a sandbox taken from the warm pool started before its environment was known.
-func (m *Manager) sandboxEnv(tenant, id string) (map[string]string, error) {
+func (m *Manager) sandboxEnv(tenant, id string) (map[string]string, Spec, error) {
 	b, err := m.lookup(tenant, id)
 	if err != nil {
-		return nil, err
+		return nil, Spec{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -179,7 +179,7 @@ func (m *Manager) sandboxEnv(tenant, id string) (map[string]string, error) {
 	for k, v := range b.rec.Env {
 		env[k] = v
 	}
-	return env, nil
+	return env, b.spec, nil
 }
 
 // withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
@@ -213,9 +213,15 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if err != nil {
 		return nil, err
 	}
-	env, err := m.sandboxEnv(tenant, id)
+	env, defaults, err := m.sandboxEnv(tenant, id)
 	if err != nil {
 		return nil, err
+	}
+	if o.Cwd == "" {
+		o.Cwd = defaults.WorkingDir
+	}
+	if o.User == "" {
+		o.User = defaults.User
 	}
 	for k, v := range o.Env {
 		env[k] = v

@@ -31,9 +31,19 @@ type SlotPool interface {
 	InUse() []int
 }
 
-// TemplateFunc returns the root filesystem directory of a template, building it if needed. An
-// unknown name yields an error wrapping errdefs.ErrNotFound.
-type TemplateFunc func(ctx context.Context, name string) (rootfs string, err error)
+// Template is what a sandbox is made from: read-only filesystem layers and the defaults its
+// image asks for, which apply to every command in the sandbox.
+type Template struct {
+	RootFS     string            // bottom layer
+	Layers     []string          // layers over RootFS, bottom to top
+	Env        map[string]string // environment of every command (under the sandbox's own)
+	WorkingDir string            // default working directory of commands
+	User       string            // default user of commands
+}
+
+// TemplateFunc resolves a template by name, building it if needed. An unknown name yields an
+// error wrapping errdefs.ErrNotFound.
+type TemplateFunc func(ctx context.Context, name string) (Template, error)
 
 // Config holds the Manager's dependencies and tuning.
 type Config struct {

@@ -42,6 +42,9 @@ type Spec struct {
 	Resources Resources `json:"resources"`
 	Network   Network   `json:"network"`
 	Parent    *Parent   `json:"parent,omitempty"`
+	// Command defaults from the template's image.
+	WorkingDir string `json:"working_dir,omitempty"`
+	User       string `json:"user,omitempty"`
 }
 
 // CreateRequest asks for a new sandbox. Zero values take defaults.

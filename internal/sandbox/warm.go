@@ -64,6 +64,7 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 		}
 		prev := b.rec
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
+		spec.WorkingDir, spec.User = b.spec.WorkingDir, b.spec.User
 		rec.Spec = encodeSpec(spec)
 		b.rec, b.spec = rec, spec
 		err = m.cfg.Store.UpdateSandbox(wctx, b.rec)
@@ -132,7 +133,7 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
-	rootfs, err := m.cfg.Templates(ctx, rec.Template)
+	tpl, err := m.cfg.Templates(ctx, rec.Template)
 	if err != nil {
 		return err
 	}
@@ -140,9 +141,13 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	b := newBox(rec, spec)
+	applyTemplate(b, tpl)
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], rootfs); err != nil {
+	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
 		m.teardown(cctx, b)
