@@ -133,10 +133,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool,
 		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
 			t, err := templates.Ensure(ctx, name)
-			return sandbox.Template{RootFS: t.RootFS}, err
+			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates,
 	})
 	if err != nil {
 		return err

@@ -18,7 +18,12 @@ const maxJSONBody = 1 << 20
 // decodeJSON reads one JSON object from r into v: unknown fields, wrong types, trailing data and
 // bodies over maxJSONBody are errors of class invalid argument (too large for the last).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
-	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
+	return decodeJSONLimit(w, r, v, maxJSONBody)
+}
+
+// decodeJSONLimit is decodeJSON with another size limit (template recipes carry files).
+func decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	body := http.MaxBytesReader(w, r.Body, limit)
 	return decodeJSONFrom(body, v)
 }
 

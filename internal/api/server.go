@@ -79,6 +79,10 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/fs/move", s.handleMove)
 	a("GET /v1/sandboxes/{id}/fs/watch", s.handleWatch)
 
+	a("GET /v1/templates", s.handleListTemplates)
+	a("POST /v1/templates", s.handleBuildTemplate)
+	a("DELETE /v1/templates/{name}", s.handleDeleteTemplate)
+
 	m.HandleFunc("/v1/", s.authed(func(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
 		s.writeError(w, r, errdefs.NotFound("no such route: "+r.Method+" "+r.URL.Path))
 	}))

@@ -20,6 +20,7 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/template"
 )
 
 // SlotPool hands out network slots; network.Pool implements it.
@@ -60,10 +61,11 @@ type Config struct {
 	MaxTimeout      time.Duration
 	MaxPerTenant    int
 	DefaultEgress   string
-	ReapInterval    time.Duration // how often expiry is checked (default 1s)
-	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
-	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
-	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
+	ReapInterval    time.Duration   // how often expiry is checked (default 1s)
+	HealthInterval  time.Duration   // how often runtimes are checked for crashes (default 10s)
+	ReadyTimeout    time.Duration   // how long create waits for the agent (default 30s)
+	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
+	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.

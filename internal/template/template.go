@@ -42,6 +42,13 @@ type Template struct {
 	SizeBytes int64  // apparent size of the files in RootFS
 	CreatedAt time.Time
 	Parent    string // template this one is layered on; empty for base templates
+
+	// Built templates (see user.go): read-only layers over RootFS, bottom to top, and the
+	// defaults their image or build steps set for every command.
+	Layers     []string          `json:",omitempty"`
+	Env        map[string]string `json:",omitempty"`
+	WorkingDir string            `json:",omitempty"`
+	User       string            `json:",omitempty"`
 }
 
 // Store builds and finds templates. It is safe for concurrent use; concurrent Ensure calls for
@@ -117,7 +124,7 @@ func New(cfg Config) (*Store, error) {
 func (s *Store) Ensure(ctx context.Context, name string) (Template, error) {
 	rec, ok := s.recipes[name]
 	if !ok {
-		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+		return s.loadUser(name)
 	}
 	s.mu.Lock()
 	call, running := s.inflight[name]
@@ -340,6 +347,11 @@ func (s *Store) List(ctx context.Context) ([]Template, error) {
 			out = append(out, *newest)
 		}
 	}
+	user, err := s.listUser()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, user...)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, nil
 }

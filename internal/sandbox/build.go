@@ -1,0 +1,332 @@
+package sandbox
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/template"
+)
+
+// BuildRequest builds a template from a parent template (or, later, an image) and steps.
+type BuildRequest struct {
+	Name  string      `json:"name"`
+	From  BuildFrom   `json:"from"`
+	Steps []BuildStep `json:"steps"`
+}
+
+// BuildFrom names the parent: exactly one of Template and Image.
+type BuildFrom struct {
+	Template string `json:"template,omitempty"`
+	Image    string `json:"image,omitempty"`
+}
+
+// BuildStep is one step; exactly one field is set.
+type BuildStep struct {
+	Run     string            `json:"run,omitempty"`
+	Copy    *CopyStep         `json:"copy,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Workdir string            `json:"workdir,omitempty"`
+}
+
+// CopyStep writes one file into the template: Content (text) or ContentB64 (bytes).
+type CopyStep struct {
+	Path       string `json:"path"`
+	Content    string `json:"content,omitempty"`
+	ContentB64 string `json:"content_b64,omitempty"`
+	Mode       uint32 `json:"mode,omitempty"`
+}
+
+// maxBuildSteps bounds a recipe.
+const maxBuildSteps = 100
+
+func (st BuildStep) validate(i int) error {
+	n := 0
+	if st.Run != "" {
+		n++
+	}
+	if st.Copy != nil {
+		n++
+		if !path.IsAbs(st.Copy.Path) || strings.ContainsRune(st.Copy.Path, 0) {
+			return errdefs.InvalidArgument(fmt.Sprintf("steps[%d].copy.path: want an absolute path", i))
+		}
+		if st.Copy.Content != "" && st.Copy.ContentB64 != "" {
+			return errdefs.InvalidArgument(fmt.Sprintf("steps[%d].copy: content or content_b64, not both", i))
+		}
+		if _, err := base64.StdEncoding.DecodeString(st.Copy.ContentB64); err != nil {
+			return errdefs.InvalidArgument(fmt.Sprintf("steps[%d].copy.content_b64: %v", i, err))
+		}
+		if st.Copy.Mode > 0o7777 {
+			return errdefs.InvalidArgument(fmt.Sprintf("steps[%d].copy.mode: want permission bits", i))
+		}
+	}
+	if st.Env != nil {
+		n++
+		if err := validateMap(fmt.Sprintf("steps[%d].env", i), st.Env, envKeyRE); err != nil {
+			return err
+		}
+	}
+	if st.Workdir != "" {
+		n++
+		if !path.IsAbs(st.Workdir) {
+			return errdefs.InvalidArgument(fmt.Sprintf("steps[%d].workdir: want an absolute path", i))
+		}
+	}
+	if n != 1 {
+		return errdefs.InvalidArgument(fmt.Sprintf("steps[%d]: want exactly one of run, copy, env, workdir", i))
+	}
+	return nil
+}
+
+// TemplateInfo is a template as the API lists it.
+type TemplateInfo struct {
+	Name      string
+	SizeBytes int64
+	CreatedAt time.Time
+	Parent    string
+}
+
+func (m *Manager) templateStore() (*template.Store, error) {
+	if m.cfg.TemplateStore == nil {
+		return nil, errdefs.New(errdefs.ErrUnavailable, "this server has no template store")
+	}
+	return m.cfg.TemplateStore, nil
+}
+
+// ListTemplates lists built-in and built templates.
+func (m *Manager) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
+	ts, err := m.templateStore()
+	if err != nil {
+		return nil, err
+	}
+	list, err := ts.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]TemplateInfo, 0, len(list))
+	for _, t := range list {
+		out = append(out, TemplateInfo{Name: t.Name, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Parent: t.Parent})
+	}
+	return out, nil
+}
+
+// DeleteTemplate removes a built template (and layers nothing uses any more).
+func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+	ts, err := m.templateStore()
+	if err != nil {
+		return err
+	}
+	return ts.Delete(ctx, name)
+}
+
+// BuildTemplate builds req into a new template, reporting progress through logf. Each run or
+// copy step executes in a fresh build sandbox on the layers so far; its writable layer becomes a
+// layer of the template, stored under a key of (parent, steps so far), so that a rebuild of an
+// unchanged recipe (or one that shares a prefix) reuses those layers without running anything.
+func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func(string)) (TemplateInfo, error) {
+	ts, err := m.templateStore()
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	if !nameRE.MatchString(req.Name) {
+		return TemplateInfo{}, errdefs.InvalidArgument(fmt.Sprintf("name %q: lowercase letters, digits, '.', '_' and '-', up to 63", req.Name))
+	}
+	if len(req.Steps) > maxBuildSteps {
+		return TemplateInfo{}, errdefs.InvalidArgument(fmt.Sprintf("steps: at most %d", maxBuildSteps))
+	}
+	for i, st := range req.Steps {
+		if err := st.validate(i); err != nil {
+			return TemplateInfo{}, err
+		}
+	}
+	var parent string
+	switch {
+	case req.From.Template != "" && req.From.Image == "":
+		parent = req.From.Template
+	case req.From.Image != "" && req.From.Template == "":
+		return TemplateInfo{}, errdefs.InvalidArgument("from.image: building from OCI images is not supported by this server yet")
+	default:
+		return TemplateInfo{}, errdefs.InvalidArgument("from: want exactly one of template and image")
+	}
+	if parent == req.Name {
+		return TemplateInfo{}, errdefs.InvalidArgument("a template cannot be built from itself")
+	}
+	cur, err := m.cfg.Templates(ctx, parent)
+	if err != nil {
+		return TemplateInfo{}, fmt.Errorf("from.template: %w", err)
+	}
+	cur.Layers = append([]string(nil), cur.Layers...)
+	key := hashOf("space-template-v1", cur)
+	drv := m.cfg.Drivers[m.cfg.DefaultRuntime]
+	exporter, ok := drv.(runtime.LayerExporter)
+	if !ok {
+		return TemplateInfo{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("runtime %s cannot build templates", m.cfg.DefaultRuntime))
+	}
+	logf(fmt.Sprintf("building %s from %s: %d steps", req.Name, parent, len(req.Steps)))
+	for i, st := range req.Steps {
+		key = hashOf(key, st)
+		switch {
+		case st.Env != nil:
+			if cur.Env == nil {
+				cur.Env = map[string]string{}
+			}
+			for k, v := range st.Env {
+				cur.Env[k] = v
+			}
+			logf(fmt.Sprintf("step %d/%d: env", i+1, len(req.Steps)))
+			continue
+		case st.Workdir != "":
+			cur.WorkingDir = st.Workdir
+			logf(fmt.Sprintf("step %d/%d: workdir %s", i+1, len(req.Steps), st.Workdir))
+			continue
+		}
+		layer, exists, err := ts.LayerPath(key[:32])
+		if err != nil {
+			return TemplateInfo{}, err
+		}
+		if exists {
+			logf(fmt.Sprintf("step %d/%d: cached", i+1, len(req.Steps)))
+			cur.Layers = append(cur.Layers, layer)
+			continue
+		}
+		logf(fmt.Sprintf("step %d/%d: %s", i+1, len(req.Steps), describe(st)))
+		if err := m.runStep(ctx, exporter, cur, st, layer, logf); err != nil {
+			return TemplateInfo{}, fmt.Errorf("step %d: %w", i+1, err)
+		}
+		cur.Layers = append(cur.Layers, layer)
+	}
+	saved, err := ts.Save(ctx, template.Template{Name: req.Name, RootFS: cur.RootFS, Layers: cur.Layers,
+		Env: cur.Env, WorkingDir: cur.WorkingDir, User: cur.User, Parent: parent})
+	if err != nil {
+		return TemplateInfo{}, err
+	}
+	logf(fmt.Sprintf("built %s (%d layers, %d bytes)", req.Name, len(saved.Layers)+1, saved.SizeBytes))
+	return TemplateInfo{Name: saved.Name, SizeBytes: saved.SizeBytes, CreatedAt: saved.CreatedAt, Parent: saved.Parent}, nil
+}
+
+func describe(st BuildStep) string {
+	if st.Copy != nil {
+		return "copy " + st.Copy.Path
+	}
+	r := st.Run
+	if len(r) > 80 {
+		r = r[:77] + "..."
+	}
+	return "run " + r
+}
+
+func hashOf(prev string, v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err) // plain data
+	}
+	sum := sha256.Sum256(append([]byte(prev+"\n"), b...))
+	return hex.EncodeToString(sum[:])
+}
+
+// runStep runs one step in a build sandbox made from tpl and stores its writable layer at layer.
+// The build sandbox is hidden from tenants and removed whatever happens (after a crash of
+// spaced, by recovery).
+func (m *Manager) runStep(ctx context.Context, exp runtime.LayerExporter, tpl Template, st BuildStep, layer string, logf func(string)) (err error) {
+	rec, spec, err := m.prepare(ctx, warmTenant, CreateRequest{})
+	if err != nil {
+		return err
+	}
+	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
+	b := newBox(rec, spec)
+	applyTemplate(b, tpl)
+	if err := m.cfg.Store.CreateSandbox(ctx, b.rec); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	defer func() {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		if derr := m.drop(cctx, b); derr != nil {
+			m.log.Error("remove build sandbox", "id", b.rec.ID, "err", derr)
+		}
+	}()
+	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
+		return err
+	}
+	switch {
+	case st.Run != "":
+		s, err := b.client.Start(ctx, agent.ExecRequest{Argv: []string{"/bin/sh", "-c", st.Run}, Env: tpl.Env, Cwd: tpl.WorkingDir, User: tpl.User})
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		code, err := followBuild(s, logf)
+		if err != nil {
+			return err
+		}
+		if code != 0 {
+			return errdefs.InvalidArgument(fmt.Sprintf("run %q exited with %d", st.Run, code))
+		}
+	case st.Copy != nil:
+		data := []byte(st.Copy.Content)
+		if st.Copy.ContentB64 != "" {
+			data, _ = base64.StdEncoding.DecodeString(st.Copy.ContentB64)
+		}
+		if _, err := b.client.Upload(ctx, st.Copy.Path, os.FileMode(st.Copy.Mode), tpl.User, strings.NewReader(string(data))); err != nil {
+			return err
+		}
+	}
+	tmp := layer + ".tmp-" + b.rec.ID
+	if err := exp.ExportLayer(ctx, b.rec.ID, tmp); err != nil {
+		return fmt.Errorf("export layer: %w", err)
+	}
+	if err := os.Rename(tmp, layer); err != nil {
+		os.RemoveAll(tmp)
+		if _, serr := os.Stat(layer); serr == nil {
+			return nil // a concurrent build of the same step made it first
+		}
+		return err
+	}
+	return nil
+}
+
+// followBuild streams a build step's output as log lines and returns its exit code.
+func followBuild(s *agent.ProcessStream, logf func(string)) (int, error) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			logf("  " + sc.Text())
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	defer func() { pw.Close(); <-done }()
+	for {
+		ev, err := s.Recv()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return 0, errdefs.New(errdefs.ErrUnavailable, "build step ended without an exit status")
+			}
+			return 0, err
+		}
+		switch ev.Kind {
+		case agent.EventStdout, agent.EventStderr, agent.EventPTY:
+			pw.Write(ev.Data)
+		case agent.EventEnd:
+			return exitCode(ev), nil
+		}
+	}
+}

@@ -1,0 +1,192 @@
+package template
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+)
+
+// Built ("user") templates are made by SPACE from build steps or OCI images. Each is a JSON file
+// <Dir>/.user/<name>.json naming its layers, which live in <Dir>/.layers/<key>/ and are shared
+// between templates (a layer's key identifies how it was made, so an unchanged build step finds
+// its layer again). A layer no template names and no sandbox has mounted is removed by Delete.
+
+var (
+	nameRE     = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
+	layerKeyRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
+)
+
+func (s *Store) userDir() string  { return filepath.Join(s.dir, ".user") }
+func (s *Store) layerDir() string { return filepath.Join(s.dir, ".layers") }
+
+// LayerPath returns where the layer with key lives and whether it exists. A layer is made by
+// creating it under a temporary name in the same directory and renaming it to path.
+func (s *Store) LayerPath(key string) (path string, exists bool, err error) {
+	if !layerKeyRE.MatchString(key) {
+		return "", false, errdefs.InvalidArgument(fmt.Sprintf("layer key %q", key))
+	}
+	if err := os.MkdirAll(s.layerDir(), 0o755); err != nil {
+		return "", false, err
+	}
+	path = filepath.Join(s.layerDir(), key)
+	_, err = os.Stat(path)
+	return path, err == nil, nil
+}
+
+// Save records a built template. Its name must not be a built-in one; saving an existing name
+// replaces it (a rebuild).
+func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
+	if !nameRE.MatchString(t.Name) {
+		return Template{}, errdefs.InvalidArgument(fmt.Sprintf("template name %q: lowercase letters, digits, '.', '_' and '-', up to 63", t.Name))
+	}
+	if _, ok := s.recipes[t.Name]; ok {
+		return Template{}, errdefs.New(errdefs.ErrAlreadyExists, fmt.Sprintf("template %q is built in", t.Name))
+	}
+	if t.RootFS == "" {
+		return Template{}, errdefs.InvalidArgument("template without a root filesystem")
+	}
+	var size int64
+	for _, dir := range append([]string{t.RootFS}, t.Layers...) {
+		n, err := treeSize(dir)
+		if err != nil {
+			return Template{}, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+		size += n
+	}
+	t.SizeBytes, t.CreatedAt, t.Version = size, time.Now().UTC(), ""
+	b, err := json.MarshalIndent(t, "", "  ")
+	if err != nil {
+		return Template{}, err
+	}
+	if err := os.MkdirAll(s.userDir(), 0o755); err != nil {
+		return Template{}, err
+	}
+	tmp, err := os.CreateTemp(s.userDir(), ".tmp-"+t.Name)
+	if err != nil {
+		return Template{}, err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return Template{}, err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return Template{}, err
+	}
+	if err := tmp.Close(); err != nil {
+		return Template{}, err
+	}
+	if err := os.Rename(tmp.Name(), filepath.Join(s.userDir(), t.Name+".json")); err != nil {
+		return Template{}, err
+	}
+	if err := syncDir(s.userDir()); err != nil {
+		return Template{}, err
+	}
+	s.log.InfoContext(ctx, "saved template", "template", t.Name, "parent", t.Parent, "layers", len(t.Layers), "size_bytes", size)
+	return t, nil
+}
+
+func (s *Store) loadUser(name string) (Template, error) {
+	if !nameRE.MatchString(name) {
+		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
+	}
+	b, err := os.ReadFile(filepath.Join(s.userDir(), name+".json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return Template{}, errdefs.NotFound(fmt.Sprintf("template %q not found", name))
+	}
+	if err != nil {
+		return Template{}, err
+	}
+	var t Template
+	if err := json.Unmarshal(b, &t); err != nil {
+		return Template{}, fmt.Errorf("template %s: %w", name, err)
+	}
+	return t, nil
+}
+
+func (s *Store) listUser() ([]Template, error) {
+	entries, err := os.ReadDir(s.userDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Template
+	for _, e := range entries {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || strings.HasPrefix(name, ".") {
+			continue
+		}
+		t, err := s.loadUser(name)
+		if err != nil {
+			s.log.Warn("skipping unreadable template", "template", name, "err", err)
+			continue
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Delete removes a built template, then every layer that no template names and no sandbox has
+// mounted. Built-in templates cannot be deleted.
+func (s *Store) Delete(ctx context.Context, name string) error {
+	if _, ok := s.recipes[name]; ok {
+		return errdefs.Conflict(fmt.Sprintf("template %q is built in and cannot be deleted", name))
+	}
+	if _, err := s.loadUser(name); err != nil {
+		return err
+	}
+	if err := os.Remove(filepath.Join(s.userDir(), name+".json")); err != nil {
+		return err
+	}
+	if err := syncDir(s.userDir()); err != nil {
+		return err
+	}
+	return s.collectLayers(ctx)
+}
+
+// collectLayers removes layers that no template names and that are not mounted.
+func (s *Store) collectLayers(ctx context.Context) error {
+	all, err := s.listUser()
+	if err != nil {
+		return err
+	}
+	used := map[string]bool{}
+	for _, t := range all {
+		used[t.RootFS] = true
+		for _, l := range t.Layers {
+			used[l] = true
+		}
+	}
+	entries, err := os.ReadDir(s.layerDir())
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	mounted := overlayLowerDirs()
+	var errs []error
+	for _, e := range entries {
+		dir := filepath.Join(s.layerDir(), e.Name())
+		if used[dir] || inUse(dir, mounted) {
+			continue
+		}
+		s.log.InfoContext(ctx, "removing unused template layer", "layer", e.Name())
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
