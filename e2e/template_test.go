@@ -44,10 +44,16 @@ func TestTemplateBuild(t *testing.T) {
 		t.Fatalf("sandbox from the template: %+v", res)
 	}
 
-	// Rebuilding the unchanged recipe runs nothing.
-	status, log = call("POST", "/v1/templates", recipe, true)
-	if status != 200 || strings.Contains(log, "step-one-ran") || strings.Count(log, "cached") != 2 {
-		t.Fatalf("cached rebuild: %d\n%s", status, log)
+	// Rebuilding the unchanged recipe (through the SDK this time) runs nothing.
+	var req client.BuildTemplateRequest
+	if err := json.Unmarshal([]byte(recipe), &req); err != nil {
+		t.Fatal(err)
+	}
+	var lines []string
+	tpl, err := d.Client.BuildTemplate(ctxT(t), req, func(l string) { lines = append(lines, l) })
+	all := strings.Join(lines, "\n")
+	if err != nil || tpl.Name != "demo" || strings.Contains(all, "step-one-ran") || strings.Count(all, "cached") != 2 {
+		t.Fatalf("cached rebuild: %+v %v\n%s", tpl, err, all)
 	}
 	// JSON answer, and a failing step is a 4xx that leaves no template behind.
 	status, body := call("POST", "/v1/templates", `{"name":"broken","from":{"template":"minimal"},"steps":[{"run":"exit 3"}]}`, false)

@@ -102,6 +102,7 @@ func commands() []command {
 		{"cp", "(LOCAL|-) ID:/path | ID:/path (LOCAL|-)", "copy a file into or out of a sandbox", (*app).cmdCopy},
 		{"rm", "ID...", "delete sandboxes", (*app).cmdRemove},
 		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
+		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}
 }
 
