@@ -109,6 +109,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 
+	fmt.Fprintln(out, "measuring spaced: template build of a 3-step recipe, first and cached …")
+	firstBuild, cachedBuild, err := buildTimes(ctx, c, n/4+1)
+	if err != nil {
+		return err
+	}
+
 	fmt.Fprintln(out, "measuring spaced: 10 concurrent creates …")
 	conc, ok, err := concurrentCreates(ctx, c, 10)
 	if err != nil {
@@ -126,6 +132,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	for _, r := range results {
 		fmt.Fprintf(out, "| %-50s | %10s | %10s | %5.2f× | %7s |\n", r.name, ms(r.median), ms(r.floor), float64(r.median)/float64(r.floor), r.target)
 	}
+	fmt.Fprintf(out, "| %-50s | %10s | %10s | %5.2f× | %7s |\n", "cached rebuild vs first build (3 steps, minimal)", ms(median(cachedBuild)), ms(median(firstBuild)),
+		float64(median(cachedBuild))/float64(median(firstBuild)), "≤ 0.3×")
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", fmt.Sprintf("10 concurrent creates: %d/10 succeeded", ok), ms(conc), "", "", "all")
 	fmt.Fprintf(out, "\nraw floor: %s; spaced: %s, minimal template, default resources\n", raw.describe(), "JSON/SSE over loopback HTTP")
 	if ok != 10 {
@@ -202,6 +210,32 @@ func waitWarm(ctx context.Context, url string, n int) error {
 		}
 	}
 	return fmt.Errorf("warm pool did not fill to %d within a minute", n)
+}
+
+// buildTimes builds a 3-step recipe n times from scratch (a new random first step each time, so
+// nothing is cached) and, after each, once more unchanged (all cached); it returns both series.
+func buildTimes(ctx context.Context, c *client.Client, n int) (first, cached []time.Duration, err error) {
+	for i := range n {
+		req := client.BuildTemplateRequest{Name: fmt.Sprintf("bench-%d", i), From: client.BuildFrom{Template: "minimal"}, Steps: []client.BuildStep{
+			{Run: "mkdir -p /app && echo " + spacedtest.RandomHex(8) + " > /app/id"},
+			{Run: "for i in 1 2 3 4 5 6 7 8; do echo line $i >> /app/data.txt; done"},
+			{Copy: &client.CopyStep{Path: "/app/config.json", Content: `{"bench":true}`}},
+		}}
+		t0 := time.Now()
+		if _, err := c.BuildTemplate(ctx, req, nil); err != nil {
+			return nil, nil, err
+		}
+		first = append(first, time.Since(t0))
+		t0 = time.Now()
+		if _, err := c.BuildTemplate(ctx, req, nil); err != nil {
+			return nil, nil, err
+		}
+		cached = append(cached, time.Since(t0))
+		if err := c.DeleteTemplate(ctx, req.Name); err != nil {
+			return nil, nil, err
+		}
+	}
+	return first, cached, nil
 }
 
 // firstOutput runs echo over SSE and returns at its first stdout event.
