@@ -38,6 +38,8 @@ func statusOf(err error) (int, string) {
 		return http.StatusTooManyRequests, "resource_exhausted"
 	case errors.Is(err, errdefs.ErrUnavailable):
 		return http.StatusServiceUnavailable, "unavailable"
+	case errors.Is(err, errdefs.ErrUpstream):
+		return http.StatusBadGateway, "bad_gateway"
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return http.StatusServiceUnavailable, "unavailable"
 	}
@@ -55,7 +57,7 @@ func messageOf(err error, status int) string {
 	if errors.As(err, &e) {
 		return e.Message
 	}
-	if status >= 500 && status != http.StatusServiceUnavailable {
+	if status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusBadGateway {
 		return "internal error; see the server log"
 	}
 	return err.Error()

@@ -16,6 +16,7 @@ var (
 	ErrPermissionDenied   = errors.New("permission denied")
 	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrTooLarge           = errors.New("too large")
+	ErrUpstream           = errors.New("upstream failed") // a server SPACE depends on (a registry) failed
 )
 
 // Error pairs a class with a message meant for the client.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/image"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/template"
 )
@@ -153,20 +154,23 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 		}
 	}
 	var parent string
+	var cur Template
 	switch {
 	case req.From.Template != "" && req.From.Image == "":
 		parent = req.From.Template
+		if parent == req.Name {
+			return TemplateInfo{}, errdefs.InvalidArgument("a template cannot be built from itself")
+		}
+		if cur, err = m.cfg.Templates(ctx, parent); err != nil {
+			return TemplateInfo{}, fmt.Errorf("from.template: %w", err)
+		}
 	case req.From.Image != "" && req.From.Template == "":
-		return TemplateInfo{}, errdefs.InvalidArgument("from.image: building from OCI images is not supported by this server yet")
+		parent = req.From.Image
+		if cur, err = m.imageTemplate(ctx, ts, req.From.Image, logf); err != nil {
+			return TemplateInfo{}, err
+		}
 	default:
 		return TemplateInfo{}, errdefs.InvalidArgument("from: want exactly one of template and image")
-	}
-	if parent == req.Name {
-		return TemplateInfo{}, errdefs.InvalidArgument("a template cannot be built from itself")
-	}
-	cur, err := m.cfg.Templates(ctx, parent)
-	if err != nil {
-		return TemplateInfo{}, fmt.Errorf("from.template: %w", err)
 	}
 	cur.Layers = append([]string(nil), cur.Layers...)
 	key := hashOf("space-template-v1", cur)
@@ -329,4 +333,104 @@ func followBuild(s *agent.ProcessStream, logf func(string)) (int, error) {
 			return exitCode(ev), nil
 		}
 	}
+}
+
+// imageSource turns from.image into an image source: `oci:<dir>`, `docker-archive:<file>`, or
+// a registry reference.
+func imageSource(ref string) image.Source {
+	if dir, ok := strings.CutPrefix(ref, "oci:"); ok {
+		return image.Source{Layout: dir}
+	}
+	if file, ok := strings.CutPrefix(ref, "docker-archive:"); ok {
+		return image.Source{Tarball: file}
+	}
+	return image.Source{Ref: ref}
+}
+
+// imageTemplate unpacks an image into a layer keyed by its digest (reused when it is there
+// already) and returns it as a parent template carrying the image's Env, WorkingDir and User.
+func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref string, logf func(string)) (Template, error) {
+	tmpKey := hashOf("image-download", ref+newToken())[:32]
+	tmp, _, err := ts.LayerPath(tmpKey)
+	if err != nil {
+		return Template{}, err
+	}
+	tmp += ".tmp"
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return Template{}, err
+	}
+	defer os.RemoveAll(tmp)
+	logf("pulling " + ref)
+	cfg, err := image.Unpack(ctx, imageSource(ref), tmp, image.Options{Progress: logf, Logger: m.log})
+	if err != nil {
+		if errors.Is(err, errdefs.ErrUnavailable) {
+			return Template{}, errdefs.New(errdefs.ErrUpstream, err.Error())
+		}
+		return Template{}, fmt.Errorf("from.image: %w", err)
+	}
+	// What every sandbox root needs: the agent's mount point, a /tmp, a user database.
+	if err := prepareImageRoot(tmp); err != nil {
+		return Template{}, fmt.Errorf("from.image: %w", err)
+	}
+	layer, exists, err := ts.LayerPath(hashOf("image", cfg.Digest)[:32])
+	if err != nil {
+		return Template{}, err
+	}
+	if !exists {
+		if err := os.Rename(tmp, layer); err != nil {
+			return Template{}, err
+		}
+	}
+	t := Template{RootFS: layer, WorkingDir: cfg.WorkingDir, User: imageUser(cfg.User)}
+	for _, kv := range cfg.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok && envKeyRE.MatchString(k) {
+			if t.Env == nil {
+				t.Env = map[string]string{}
+			}
+			t.Env[k] = v
+		}
+	}
+	logf(fmt.Sprintf("image %s is %s", ref, cfg.Digest))
+	return t, nil
+}
+
+// imageUser keeps an image's user when it is a name; numeric and user:group forms fall back to
+// the agent's default (root) for now.
+func imageUser(u string) string {
+	if u == "" || strings.ContainsAny(u, ":") || strings.Trim(u, "0123456789") == "" {
+		return ""
+	}
+	return u
+}
+
+// prepareImageRoot adds to an unpacked image what a sandbox root needs and images may lack.
+func prepareImageRoot(root string) error {
+	if err := os.MkdirAll(root+"/.space", 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(root+"/.space/space-agent", os.O_CREATE|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	f.Close()
+	if _, err := os.Lstat(root + "/tmp"); errors.Is(err, os.ErrNotExist) {
+		if err := os.Mkdir(root+"/tmp", 0o1777); err != nil {
+			return err
+		}
+		if err := os.Chmod(root+"/tmp", 0o1777); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(root + "/etc/passwd"); errors.Is(err, os.ErrNotExist) {
+		if err := os.WriteFile(root+"/etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+			return err
+		}
+		if err := os.WriteFile(root+"/etc/group", []byte("root:x:0:\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	return os.MkdirAll(root+"/root", 0o700)
 }

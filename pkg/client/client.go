@@ -115,6 +115,8 @@ func codeForStatus(status int) string {
 		return "resource_exhausted"
 	case http.StatusServiceUnavailable:
 		return "unavailable"
+	case http.StatusBadGateway:
+		return "bad_gateway"
 	}
 	if status >= 500 {
 		return "internal"

@@ -345,7 +345,7 @@ func TestErrors(t *testing.T) {
 		{"conflict", 409, "application/json", `{"error":{"code":"conflict","message":"sandbox is paused"}}`,
 			&Error{Status: 409, Code: "conflict", Message: "sandbox is paused"}},
 		{"plain text body", 502, "text/plain", "bad gateway from proxy\n",
-			&Error{Status: 502, Code: "internal", Message: "bad gateway from proxy"}},
+			&Error{Status: 502, Code: "bad_gateway", Message: "bad gateway from proxy"}},
 		{"empty body", 401, "application/json", "",
 			&Error{Status: 401, Code: "unauthenticated", Message: "Unauthorized"}},
 		{"json without error object", 429, "application/json", `{"detail":"slow down"}`,

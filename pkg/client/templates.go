@@ -111,7 +111,7 @@ func (c *Client) BuildTemplate(ctx context.Context, req BuildTemplateRequest, lo
 // statusForCode is the HTTP status an API error code stands for (an error that arrives inside an
 // event stream has no status of its own).
 func statusForCode(code string) int {
-	for _, s := range []int{400, 401, 403, 404, 409, 413, 429, 503, 500} {
+	for _, s := range []int{400, 401, 403, 404, 409, 413, 429, 502, 503, 500} {
 		if codeForStatus(s) == code {
 			return s
 		}
