@@ -97,7 +97,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Info("generated admin key", "file", path)
 	}
 
-	templates, err := template.New(template.Config{Dir: filepath.Join(cfg.Home, "templates"), Busybox: cfg.Busybox, Logger: log})
+	templates, err := template.New(template.Config{Dir: cfg.TemplatesDir, Busybox: cfg.Busybox, Logger: log})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}

@@ -31,6 +31,7 @@ type Config struct {
 	Runsc         string        // SPACE_RUNSC: runsc binary
 	Agent         string        // SPACE_AGENT: space-agent binary
 	Busybox       string        // SPACE_BUSYBOX: static busybox for the minimal template
+	TemplatesDir  string        // SPACE_TEMPLATES_DIR: where templates live; default $SPACE_HOME/templates
 	DefaultTTL    time.Duration // default sandbox timeout
 	MaxTTL        time.Duration // largest timeout a client may ask for
 	MaxSandboxes  int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
@@ -67,6 +68,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.IntVar(&c.SlotPool, "slot-pool", atoiDefault(env("SPACE_SLOT_POOL", ""), 4), "network slots kept ready (SPACE_SLOT_POOL)")
 	fs.StringVar(&c.Runsc, "runsc", env("SPACE_RUNSC", filepath.Join(exeDir, "runsc")), "runsc binary (SPACE_RUNSC)")
 	fs.StringVar(&c.Agent, "agent", env("SPACE_AGENT", filepath.Join(exeDir, "space-agent")), "space-agent binary (SPACE_AGENT)")
+	fs.StringVar(&c.TemplatesDir, "templates-dir", env("SPACE_TEMPLATES_DIR", ""), "where templates live; default $SPACE_HOME/templates (SPACE_TEMPLATES_DIR)")
 	fs.StringVar(&c.Busybox, "busybox", env("SPACE_BUSYBOX", "/bin/busybox"), "static busybox (SPACE_BUSYBOX)")
 	fs.DurationVar(&c.DefaultTTL, "default-timeout", 300*time.Second, "default sandbox timeout")
 	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
@@ -90,6 +92,12 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 		return Config{}, fmt.Errorf("home: %w", err)
 	}
 	c.Home = abs
+	if c.TemplatesDir == "" {
+		c.TemplatesDir = filepath.Join(c.Home, "templates")
+	}
+	if c.TemplatesDir, err = filepath.Abs(c.TemplatesDir); err != nil {
+		return Config{}, fmt.Errorf("templates dir: %w", err)
+	}
 	if c.Instance == "" {
 		sum := sha256.Sum256([]byte(c.Home))
 		c.Instance = hex.EncodeToString(sum[:2])
