@@ -112,7 +112,7 @@ func New(cfg Config) (*Store, error) {
 		dir:      dir,
 		busybox:  cfg.Busybox,
 		log:      cfg.Logger,
-		recipes:  map[string]recipe{"minimal": minimalRecipe()},
+		recipes:  map[string]recipe{"minimal": minimalRecipe(), "base": baseRecipe("/etc/apt")},
 		inflight: map[string]*ensureCall{},
 		digests:  map[fileKey]string{},
 	}, nil
