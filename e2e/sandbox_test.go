@@ -312,8 +312,9 @@ func TestFiles(t *testing.T) {
 func TestIsolation(t *testing.T) {
 	d := startSpaced(t)
 	c := d.Client
-	a := create(t, c, client.CreateSandboxRequest{}).ID
-	b := create(t, c, client.CreateSandboxRequest{}).ID
+	// busybox's nc and ip are the probes: the minimal template.
+	a := create(t, c, client.CreateSandboxRequest{Template: "minimal"}).ID
+	b := create(t, c, client.CreateSandboxRequest{Template: "minimal"}).ID
 	ctx := ctxT(t)
 
 	ipOf := func(id, what string) string {
@@ -505,8 +506,8 @@ func TestExpiry(t *testing.T) {
 func TestSideBySide(t *testing.T) {
 	d1 := startSpaced(t)
 	d2 := startSpaced(t)
-	a := create(t, d1.Client, client.CreateSandboxRequest{}).ID
-	b := create(t, d2.Client, client.CreateSandboxRequest{}).ID
+	a := create(t, d1.Client, client.CreateSandboxRequest{Template: "minimal"}).ID
+	b := create(t, d2.Client, client.CreateSandboxRequest{Template: "minimal"}).ID
 	ipA := strings.TrimSpace(run(t, d1.Client, a, "ip -4 addr show eth0 | awk '/inet / {print $2}'").Stdout)
 	ipB := strings.TrimSpace(run(t, d2.Client, b, "ip -4 addr show eth0 | awk '/inet / {print $2}'").Stdout)
 	if ipA == "" || ipA == ipB {

@@ -48,10 +48,10 @@ json.dump({"rows": len(df), "totals": totals.to_dict()}, sys.stdout)
 // TestDataAnalysis is SPACE's first use case on the base template: a messy spreadsheet in,
 // cleaned with pandas, totals computed, a matplotlib chart out.
 func TestDataAnalysis(t *testing.T) {
-	d := startSpaced(t, "SPACE_TEMPLATES_DIR="+sharedTemplates)
+	d := startSpaced(t)
 	c := d.Client
 	ctx := ctxT(t)
-	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "base"})
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{}) // base is the default
 	if err != nil {
 		t.Fatalf("create from base: %v", err)
 	}

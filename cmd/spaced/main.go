@@ -97,7 +97,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		log.Info("generated admin key", "file", path)
 	}
 
-	templates, err := template.New(template.Config{Dir: cfg.TemplatesDir, Busybox: cfg.Busybox, Logger: log})
+	templates, err := template.New(template.Config{Dir: cfg.TemplatesDir, UserDir: filepath.Join(cfg.Home, "templates"), Busybox: cfg.Busybox, Logger: log})
 	if err != nil {
 		return fmt.Errorf("templates: %w", err)
 	}
@@ -130,7 +130,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}()
 
 	mgr, err := sandbox.New(sandbox.Config{
-		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool,
+		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool, DefaultTemplate: "base",
 		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
 			t, err := templates.Ensure(ctx, name)
 			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
@@ -146,10 +146,16 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	mgr.Start()
 	defer mgr.Close()
-	// Build the default template before accepting requests so the first create is fast.
+	// minimal (seconds) is ready before requests are served; base (minutes on first start) is
+	// built in the background with progress in the log, and creates that need it wait for it.
 	if _, err := templates.Ensure(ctx, "minimal"); err != nil {
 		return fmt.Errorf("template minimal: %w", err)
 	}
+	go func() {
+		if _, err := templates.Ensure(ctx, "base"); err != nil && ctx.Err() == nil {
+			log.Error("template base could not be built; creates from it will retry", "err", err)
+		}
+	}()
 
 	srv := &http.Server{
 		Handler:           api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version}),

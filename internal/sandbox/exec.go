@@ -90,7 +90,7 @@ func (e *Execution) Next() (ExecEvent, error) {
 				e.done = true
 				return ExecEvent{}, cause
 			}
-			if e.probe != nil {
+			if e.probe != nil && e.ctx.Err() == nil { // the stream broke, not our side: is the sandbox alive?
 				if cause := e.probe(); cause != nil {
 					e.done = true
 					return ExecEvent{}, cause

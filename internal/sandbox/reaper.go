@@ -96,8 +96,20 @@ func (m *Manager) probe(tenant, id string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, id)
-	if err != nil || st == runtime.StateRunning {
+	// A runtime that is going away can still look alive for a moment (runsc reports a dying
+	// sandbox as running for a second or two): look a few times before deciding it lives.
+	var st runtime.State
+	for i := 0; ; i++ {
+		st, err = m.cfg.Drivers[b.rec.Runtime].State(ctx, id)
+		if err != nil || st != runtime.StateRunning {
+			break
+		}
+		if i == 30 {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err != nil {
 		return nil
 	}
 	reason := "runtime is " + string(st)
@@ -108,9 +120,13 @@ func (m *Manager) probe(tenant, id string) error {
 
 // crashed moves b to error after its runtime died and frees what it held. The caller holds b.mu.
 func (m *Manager) crashed(ctx context.Context, b *box, reason string) {
-	_ = m.teardown(ctx, b)
+	// The state first: teardown ends the callers' streams, and they must find it recorded.
 	if err := m.setState(ctx, b, StateError, reason); err != nil {
 		m.log.Error("mark crashed", "id", b.rec.ID, "err", err)
+	}
+	_ = m.teardown(ctx, b)
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil { // the slot it gave up
+		m.log.Error("record crashed sandbox", "id", b.rec.ID, "err", err)
 	}
 	m.publish(EventCrashed, b.rec, reason)
 }

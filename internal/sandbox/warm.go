@@ -133,7 +133,10 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
-	tpl, err := m.cfg.Templates(ctx, rec.Template)
+	// The default template may still be building on a first start (minutes): wait for it.
+	tctx, tcancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	tpl, err := m.cfg.Templates(tctx, rec.Template)
+	tcancel()
 	if err != nil {
 		return err
 	}

@@ -29,7 +29,8 @@ import (
 
 // Config configures a Store.
 type Config struct {
-	Dir     string // where templates live, normally SPACE_HOME/templates
+	Dir     string // where built-in templates live (may be shared by instances), normally SPACE_HOME/templates
+	UserDir string // where built templates and their layers live; default Dir
 	Busybox string // host path of a statically linked busybox; default /bin/busybox
 	Logger  *slog.Logger
 }
@@ -54,10 +55,11 @@ type Template struct {
 // Store builds and finds templates. It is safe for concurrent use; concurrent Ensure calls for
 // one template share a single build, also across processes that share Dir (a lock file).
 type Store struct {
-	dir     string
-	busybox string
-	log     *slog.Logger
-	recipes map[string]recipe
+	dir      string
+	userRoot string // holds .user (built templates) and .layers
+	busybox  string
+	log      *slog.Logger
+	recipes  map[string]recipe
 
 	mu       sync.Mutex
 	inflight map[string]*ensureCall
@@ -108,8 +110,13 @@ func New(cfg Config) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("template: create %s: %w", dir, err)
 	}
+	userRoot := cfg.UserDir
+	if userRoot == "" {
+		userRoot = dir
+	}
 	return &Store{
 		dir:      dir,
+		userRoot: userRoot,
 		busybox:  cfg.Busybox,
 		log:      cfg.Logger,
 		recipes:  map[string]recipe{"minimal": minimalRecipe(), "base": baseRecipe("/etc/apt")},

@@ -25,8 +25,8 @@ var (
 	layerKeyRE = regexp.MustCompile(`^[0-9a-f]{16,64}$`)
 )
 
-func (s *Store) userDir() string  { return filepath.Join(s.dir, ".user") }
-func (s *Store) layerDir() string { return filepath.Join(s.dir, ".layers") }
+func (s *Store) userDir() string  { return filepath.Join(s.userRoot, ".user") }
+func (s *Store) layerDir() string { return filepath.Join(s.userRoot, ".layers") }
 
 // LayerPath returns where the layer with key lives and whether it exists. A layer is made by
 // creating it under a temporary name in the same directory and renaming it to path.
