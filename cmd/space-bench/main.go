@@ -72,7 +72,7 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	defer d.stop()
 	c := d.Client
 	fmt.Fprintln(out, "measuring spaced: POST create + first exec output, from the warm pool …")
-	warmTTI, err := timeToInteractive(ctx, d.Daemon, n, 2)
+	warmTTI, err := timeToInteractive(ctx, d.Daemon, n, 2, "")
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,17 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(out, "measuring spaced: POST create + first exec output, cold …")
-	coldTTI, err := timeToInteractive(ctx, cold.Daemon, n, 0)
+	coldTTI, err := timeToInteractive(ctx, cold.Daemon, n, 0, "minimal")
+	if err != nil {
+		cold.stop()
+		return err
+	}
+	fmt.Fprintln(out, "measuring spaced: the same from the base template (building it first if needed) …")
+	if err := waitTemplate(ctx, cold.Client, "base"); err != nil {
+		cold.stop()
+		return err
+	}
+	baseTTI, err := timeToInteractive(ctx, cold.Daemon, n, 0, "base")
 	cold.stop()
 	if err != nil {
 		return err
@@ -124,6 +134,7 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	results := []result{
 		{"time to interactive, warm pool (default)", median(warmTTI), median(rawTTI), "≤ 1.0×"},
 		{"time to interactive, cold (SPACE_WARM_POOL=0)", median(coldTTI), median(rawTTI), "≤ 1.0×"},
+		{"create + first output: base vs minimal (both cold)", median(baseTTI), median(coldTTI), "≤ 1.2×"},
 		{"exec round trip (echo hi)", median(rt), median(rawExec), "≤ 0.25×"},
 	}
 	fmt.Fprintln(out)
@@ -148,6 +159,13 @@ type daemon struct {
 }
 
 func startDaemon(ctx context.Context, bin string, out io.Writer, env ...string) (*daemon, error) {
+	// Built-in templates from a cache kept across runs (base takes minutes to build the first
+	// time); override with SPACE_TEMPLATES_DIR.
+	tdir := os.Getenv("SPACE_TEMPLATES_DIR")
+	if tdir == "" {
+		tdir = "/var/cache/space-test/templates"
+	}
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + tdir}, env...)
 	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin, Env: env})
 	if err != nil {
 		return nil, err
@@ -169,7 +187,7 @@ func (d *daemon) stop() {
 
 // timeToInteractive measures POST create + first exec output n times. With a warm pool it waits
 // for the pool to hold warm sandboxes before each create, so every create is served from it.
-func timeToInteractive(ctx context.Context, d *spacedtest.Daemon, n, warm int) ([]time.Duration, error) {
+func timeToInteractive(ctx context.Context, d *spacedtest.Daemon, n, warm int, template string) ([]time.Duration, error) {
 	c := d.Client
 	var out []time.Duration
 	for range n {
@@ -179,7 +197,7 @@ func timeToInteractive(ctx context.Context, d *spacedtest.Daemon, n, warm int) (
 			}
 		}
 		t0 := time.Now()
-		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+		sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: template})
 		if err != nil {
 			return nil, err
 		}
@@ -192,6 +210,15 @@ func timeToInteractive(ctx context.Context, d *spacedtest.Daemon, n, warm int) (
 		}
 	}
 	return out, nil
+}
+
+// waitTemplate creates and deletes one sandbox from template, so that it is built.
+func waitTemplate(ctx context.Context, c *client.Client, template string) error {
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: template})
+	if err != nil {
+		return fmt.Errorf("template %s: %w", template, err)
+	}
+	return c.DeleteSandbox(ctx, sb.ID)
 }
 
 // waitWarm polls /metrics until the warm pool holds n sandboxes.
