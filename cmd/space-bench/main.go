@@ -100,7 +100,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	}
 
 	fmt.Fprintln(out, "measuring spaced: exec round trip (echo hi) …")
-	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{})
+	// busybox's echo, as in the raw floor's bundle.
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
 	if err != nil {
 		return err
 	}
