@@ -40,10 +40,13 @@ func busyboxImage(t *testing.T) v1.Image {
 	}
 	add(&tar.Header{Name: "bin/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
 	add(&tar.Header{Name: "bin/busybox", Typeflag: tar.TypeReg, Mode: 0o755}, bb)
-	for _, a := range []string{"sh", "cat", "echo", "pwd", "mkdir", "ls", "id"} {
+	for _, a := range []string{"sh", "cat", "echo", "pwd", "mkdir", "ls", "id", "stat"} {
 		add(&tar.Header{Name: "bin/" + a, Typeflag: tar.TypeSymlink, Linkname: "busybox", Mode: 0o777}, nil)
 	}
-	add(&tar.Header{Name: "srv/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
+	add(&tar.Header{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755}, nil)
+	add(&tar.Header{Name: "etc/passwd", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("root:x:0:0:root:/root:/bin/sh\napp:x:1000:1000::/srv:/bin/sh\n"))
+	add(&tar.Header{Name: "etc/group", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("root:x:0:\napp:x:1000:\n"))
+	add(&tar.Header{Name: "srv/", Typeflag: tar.TypeDir, Mode: 0o755, Uid: 1000, Gid: 1000}, nil)
 	add(&tar.Header{Name: "srv/from-image.txt", Typeflag: tar.TypeReg, Mode: 0o644}, []byte("image file\n"))
 	tw.Close()
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf.Bytes())), nil })
@@ -61,6 +64,7 @@ func busyboxImage(t *testing.T) v1.Image {
 	cf.OS, cf.Architecture = "linux", "amd64"
 	cf.Config.Env = []string{"PATH=/bin", "GREETING=from-image"}
 	cf.Config.WorkingDir = "/srv"
+	cf.Config.User = "1000" // numeric, as images often give it
 	img, err = mutate.ConfigFile(img, cf)
 	if err != nil {
 		t.Fatal(err)
@@ -91,8 +95,8 @@ func TestTemplateFromImage(t *testing.T) {
 		t.Fatalf("parent %q", tpl.Parent)
 	}
 	sb := create(t, d.Client, client.CreateSandboxRequest{Template: "from-image"})
-	res := run(t, d.Client, sb.ID, "cat from-image.txt built.txt; echo $GREETING; pwd")
-	if res.Stdout != "image file\nbuilt\nfrom-image\n/srv\n" {
+	res := run(t, d.Client, sb.ID, "cat from-image.txt built.txt; echo $GREETING; pwd; id -un; stat -c %U built.txt")
+	if res.Stdout != "image file\nbuilt\nfrom-image\n/srv\napp\napp\n" {
 		t.Fatalf("sandbox from the image: %+v", res)
 	}
 

@@ -381,7 +381,11 @@ func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref str
 			return Template{}, err
 		}
 	}
-	t := Template{RootFS: layer, WorkingDir: cfg.WorkingDir, User: imageUser(cfg.User)}
+	user, err := imageUser(layer, cfg.User)
+	if err != nil {
+		return Template{}, fmt.Errorf("from.image: %w", err)
+	}
+	t := Template{RootFS: layer, WorkingDir: cfg.WorkingDir, User: user}
 	for _, kv := range cfg.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok && envKeyRE.MatchString(k) {
 			if t.Env == nil {
@@ -394,13 +398,25 @@ func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref str
 	return t, nil
 }
 
-// imageUser keeps an image's user when it is a name; numeric and user:group forms fall back to
-// the agent's default (root) for now.
-func imageUser(u string) string {
-	if u == "" || strings.ContainsAny(u, ":") || strings.Trim(u, "0123456789") == "" {
-		return ""
+// imageUser resolves an image's User ("name", "uid", "name:group" or "uid:gid") to a user name
+// of the image's /etc/passwd, which is what the agent runs commands as. The group part is not
+// used: the user's own group applies.
+func imageUser(root, u string) (string, error) {
+	u, _, _ = strings.Cut(u, ":")
+	if u == "" {
+		return "", nil
 	}
-	return u
+	b, err := os.ReadFile(root + "/etc/passwd")
+	if err != nil {
+		return "", fmt.Errorf("image user %q: no /etc/passwd to find it in", u)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 3 && (f[0] == u || f[2] == u) {
+			return f[0], nil
+		}
+	}
+	return "", errdefs.InvalidArgument(fmt.Sprintf("image user %q is not in the image's /etc/passwd", u))
 }
 
 // prepareImageRoot adds to an unpacked image what a sandbox root needs and images may lack.
