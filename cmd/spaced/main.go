@@ -136,7 +136,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
 	})
 	if err != nil {
 		return err

@@ -198,3 +198,21 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, p auth.Pri
 		}
 	}
 }
+
+func (s *Server) handlePause(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	info, err := s.sb.Pause(r.Context(), p.Tenant, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(info))
+}
+
+func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	info, err := s.sb.Resume(r.Context(), p.Tenant, r.PathValue("id"))
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(info))
+}

@@ -63,6 +63,8 @@ func (s *Server) routes() {
 	a("GET /v1/sandboxes/{id}", s.handleGet)
 	a("DELETE /v1/sandboxes/{id}", s.handleDelete)
 	a("POST /v1/sandboxes/{id}/timeout", s.handleTimeout)
+	a("POST /v1/sandboxes/{id}/pause", s.handlePause)
+	a("POST /v1/sandboxes/{id}/resume", s.handleResume)
 
 	a("POST /v1/sandboxes/{id}/exec", s.handleExec)
 	a("GET /v1/sandboxes/{id}/processes", s.handleProcesses)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -204,23 +205,8 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, tpl Tem
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		return fmt.Errorf("record slot: %w", err)
 	}
-	env := make(map[string]string, len(tpl.Env)+len(b.rec.Env))
-	for k, v := range tpl.Env {
-		env[k] = v
-	}
-	for k, v := range b.rec.Env {
-		env[k] = v
-	}
-	spec := runtime.Spec{
-		ID: b.rec.ID, RootFS: tpl.RootFS, Layers: tpl.Layers, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
-		Env: env, Hostname: hostname(b.rec.ID),
-		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
-		Network: runtime.Network{
-			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
-		},
-	}
 	tSlot := time.Since(t0)
-	if err := drv.Create(ctx, spec); err != nil {
+	if err := drv.Create(ctx, m.runtimeSpec(b, tpl)); err != nil {
 		return fmt.Errorf("start runtime: %w", err)
 	}
 	tRuntime := time.Since(t0)
@@ -237,6 +223,26 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, tpl Tem
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox agent did not become ready in %s: %v", m.cfg.ReadyTimeout, err))
 	}
 	return nil
+}
+
+// runtimeSpec is what the runtime needs to start (or restore) b from tpl in b's slot.
+func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
+	env := make(map[string]string, len(tpl.Env)+len(b.rec.Env))
+	for k, v := range tpl.Env {
+		env[k] = v
+	}
+	for k, v := range b.rec.Env {
+		env[k] = v
+	}
+	slot := b.slot
+	return runtime.Spec{
+		ID: b.rec.ID, RootFS: tpl.RootFS, Layers: tpl.Layers, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
+		Env: env, Hostname: hostname(b.rec.ID),
+		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
+		Network: runtime.Network{
+			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
+		},
+	}
 }
 
 // applyTemplate records the template's command defaults in b's spec. The caller owns b.
@@ -273,6 +279,11 @@ func (m *Manager) teardown(ctx context.Context, b *box) error {
 		b.hc.CloseIdleConnections()
 	}
 	b.client = nil
+	if m.cfg.StateDir != "" {
+		if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+			errs = append(errs, fmt.Errorf("remove checkpoint: %w", err))
+		}
+	}
 	err := errors.Join(errs...)
 	if err != nil {
 		m.log.Error("teardown", "id", b.rec.ID, "err", err)

@@ -149,6 +149,11 @@ func (m *Manager) client(tenant, id string) (*agent.Client, context.Context, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if State(b.rec.State) == StatePaused { // using a paused sandbox resumes it
+		if err := m.resume(context.Background(), b); err != nil {
+			return nil, nil, err
+		}
+	}
 	if State(b.rec.State) != StateRunning || b.client == nil {
 		return nil, nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
 	}

@@ -66,6 +66,7 @@ type Config struct {
 	ReadyTimeout    time.Duration   // how long create waits for the agent (default 30s)
 	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
 	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
+	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.

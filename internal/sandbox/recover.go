@@ -89,6 +89,9 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	case StateError:
 		m.register(b)
 		return
+	case StatePaused:
+		m.register(b) // its checkpoint is on disk; it resumes when asked or used
+		return
 	}
 	st, err := drv.State(ctx, b.rec.ID)
 	if err == nil && st == runtime.StateRunning && b.slot != nil {

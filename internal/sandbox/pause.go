@@ -1,0 +1,189 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
+)
+
+// Event types of pause and resume.
+const (
+	EventPaused  = "sandbox.paused"
+	EventResumed = "sandbox.resumed"
+)
+
+// checkpointDir is where a paused sandbox's state lives.
+func (m *Manager) checkpointDir(id string) string {
+	return filepath.Join(m.cfg.StateDir, "checkpoints", id)
+}
+
+func (m *Manager) checkpointer(b *box) (runtime.Checkpointer, error) {
+	cp, ok := m.cfg.Drivers[b.rec.Runtime].(runtime.Checkpointer)
+	if !ok || m.cfg.StateDir == "" {
+		return nil, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("runtime %s cannot pause sandboxes", b.rec.Runtime))
+	}
+	return cp, nil
+}
+
+// Pause saves a running sandbox's whole state (memory, processes, files) to disk and stops its
+// runtime: it then holds no CPU or memory. Its slot, token and remaining time are kept; time
+// paused does not count against its timeout.
+func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return Info{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) == StatePaused {
+		return Info{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is already paused", id))
+	}
+	cp, err := m.checkpointer(b)
+	if err != nil {
+		return Info{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	if err := m.setState(ctx, b, StatePausing, ""); err != nil {
+		return Info{}, err
+	}
+	dir := m.checkpointDir(id)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		_ = m.setState(ctx, b, StateRunning, "")
+		return Info{}, err
+	}
+	if err := cp.Checkpoint(ctx, id, dir, false); err != nil {
+		os.RemoveAll(dir)
+		// A failed checkpoint may have stopped the runtime; if so the sandbox is lost.
+		if st, serr := m.cfg.Drivers[b.rec.Runtime].State(ctx, id); serr == nil && st == runtime.StateRunning {
+			_ = m.setState(ctx, b, StateRunning, "")
+			return Info{}, fmt.Errorf("pause %s: %w", id, err)
+		}
+		m.crashed(ctx, b, "pause failed: "+err.Error())
+		return Info{}, fmt.Errorf("pause %s: %w", id, err)
+	}
+	if err := syncTree(dir); err != nil {
+		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
+	}
+	// The runtime's own state goes; the checkpoint holds everything.
+	if b.end != nil {
+		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s paused", id)))
+	}
+	if err := m.cfg.Drivers[b.rec.Runtime].Delete(ctx, id); err != nil {
+		m.log.Error("remove paused runtime", "id", id, "err", err)
+	}
+	if b.hc != nil {
+		b.hc.CloseIdleConnections()
+	}
+	b.client = nil
+	// The slot goes too: runsc took its addresses over, and a restore takes whatever slot it is
+	// given (the sandbox's own view of its network does not depend on it).
+	if b.slot != nil {
+		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
+			m.log.Error("release slot of paused sandbox", "id", id, "err", err)
+		} else {
+			b.slot, b.rec.SlotIndex = nil, -1
+		}
+	}
+	if left := time.Until(b.rec.ExpiresAt); left > 0 {
+		b.rec.TimeoutSeconds = int(left.Round(time.Second) / time.Second)
+	}
+	b.rec.ExpiresAt = time.Time{}
+	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
+		return Info{}, err
+	}
+	m.publish(EventPaused, b.rec, "")
+	m.log.Info("sandbox paused", "id", id)
+	return *b.view.Load(), nil
+}
+
+// Resume brings a paused sandbox back where it was: same processes (same PIDs), files, memory,
+// token and address.
+func (m *Manager) Resume(ctx context.Context, tenant, id string) (Info, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return Info{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StatePaused {
+		return Info{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not paused", id, b.rec.State))
+	}
+	if err := m.resume(ctx, b); err != nil {
+		return Info{}, err
+	}
+	return *b.view.Load(), nil
+}
+
+// resume restores b. The caller holds b.mu and has checked that b is paused.
+func (m *Manager) resume(ctx context.Context, b *box) error {
+	cp, err := m.checkpointer(b)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+	tpl, err := m.cfg.Templates(ctx, b.rec.Template)
+	if err != nil {
+		return fmt.Errorf("resume %s: template: %w", b.rec.ID, err)
+	}
+	if b.slot == nil {
+		slot, err := m.cfg.Slots.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("resume %s: network slot: %w", b.rec.ID, err)
+		}
+		b.slot, b.rec.SlotIndex = slot, slot.Index
+	}
+	if err := m.setState(ctx, b, StateResuming, ""); err != nil { // records the slot too
+		return err
+	}
+	spec := m.runtimeSpec(b, tpl)
+	if err := cp.Restore(ctx, spec, m.checkpointDir(b.rec.ID)); err != nil {
+		if rerr := m.cfg.Slots.Release(ctx, b.slot); rerr == nil {
+			b.slot, b.rec.SlotIndex = nil, -1
+		}
+		_ = m.setState(ctx, b, StatePaused, "")
+		return fmt.Errorf("resume %s: %w", b.rec.ID, err)
+	}
+	m.setClient(b)
+	rctx, rcancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer rcancel()
+	if err := b.client.WaitReady(rctx); err != nil {
+		m.crashed(ctx, b, "agent did not answer after resume")
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s did not come back: %v", b.rec.ID, err))
+	}
+	b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)
+	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+		m.log.Warn("remove used checkpoint", "id", b.rec.ID, "err", err)
+	}
+	m.publish(EventResumed, b.rec, "")
+	m.log.Info("sandbox resumed", "id", b.rec.ID)
+	return nil
+}
+
+// syncTree fsyncs every file and directory under dir.
+func syncTree(dir string) error {
+	return filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() && !fi.IsDir() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		return f.Sync()
+	})
+}
