@@ -99,3 +99,28 @@ func TestPauseResume(t *testing.T) {
 		t.Fatalf("checkpoints left: %v", entries)
 	}
 }
+
+// TestPausedSandboxKeepsItsTemplate: deleting a template does not take the layers from under a
+// paused sandbox that was made from it.
+func TestPausedSandboxKeepsItsTemplate(t *testing.T) {
+	d := startSpaced(t)
+	c := d.Client
+	ctx := ctxT(t)
+	if _, err := c.BuildTemplate(ctx, client.BuildTemplateRequest{Name: "layered", From: client.BuildFrom{Template: "minimal"},
+		Steps: []client.BuildStep{{Run: "echo from-layer > /layer.txt"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	id := create(t, c, client.CreateSandboxRequest{Template: "layered"}).ID
+	if _, err := c.PauseSandbox(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.DeleteTemplate(ctx, "layered"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ResumeSandbox(ctx, id); err != nil {
+		t.Fatalf("resume after its template was deleted: %v", err)
+	}
+	if res := run(t, c, id, "cat /layer.txt"); res.Stdout != "from-layer\n" {
+		t.Fatalf("layer gone: %+v", res)
+	}
+}

@@ -130,7 +130,18 @@ func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	return ts.Delete(ctx, name)
+	return ts.Delete(ctx, name, m.layersInUse)
+}
+
+// layersInUse lists the layers every sandbox (running, paused or otherwise) was started on.
+func (m *Manager) layersInUse() []string {
+	var out []string
+	for _, b := range m.snapshotBoxes() {
+		v := b.view.Load()
+		out = append(out, v.Spec.RootFS)
+		out = append(out, v.Spec.Layers...)
+	}
+	return out
 }
 
 // BuildTemplate builds req into a new template, reporting progress through logf. Each run or
@@ -142,6 +153,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 	if err != nil {
 		return TemplateInfo{}, err
 	}
+	defer ts.Building()() // no layer cleanup while layers are made and found
 	if !nameRE.MatchString(req.Name) {
 		return TemplateInfo{}, errdefs.InvalidArgument(fmt.Sprintf("name %q: lowercase letters, digits, '.', '_' and '-', up to 63", req.Name))
 	}
@@ -400,15 +412,21 @@ func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref str
 
 // imageUser resolves an image's User ("name", "uid", "name:group" or "uid:gid") to a user name
 // of the image's /etc/passwd, which is what the agent runs commands as. The group part is not
-// used: the user's own group applies.
+// used: the user's own group applies. The image's files are read inside it (os.Root): its
+// symlinks cannot point the read outside.
 func imageUser(root, u string) (string, error) {
 	u, _, _ = strings.Cut(u, ":")
 	if u == "" {
 		return "", nil
 	}
-	b, err := os.ReadFile(root + "/etc/passwd")
+	r, err := os.OpenRoot(root)
 	if err != nil {
-		return "", fmt.Errorf("image user %q: no /etc/passwd to find it in", u)
+		return "", err
+	}
+	defer r.Close()
+	b, err := r.ReadFile("etc/passwd")
+	if err != nil {
+		return "", errdefs.InvalidArgument(fmt.Sprintf("image user %q: no /etc/passwd to find it in", u))
 	}
 	for _, line := range strings.Split(string(b), "\n") {
 		f := strings.Split(line, ":")
@@ -419,34 +437,41 @@ func imageUser(root, u string) (string, error) {
 	return "", errdefs.InvalidArgument(fmt.Sprintf("image user %q is not in the image's /etc/passwd", u))
 }
 
-// prepareImageRoot adds to an unpacked image what a sandbox root needs and images may lack.
-func prepareImageRoot(root string) error {
-	if err := os.MkdirAll(root+"/.space", 0o755); err != nil {
+// prepareImageRoot adds to an unpacked image what a sandbox root needs and images may lack. All
+// of it happens inside the image (os.Root): a symlink in a hostile image cannot redirect a write
+// to the host.
+func prepareImageRoot(dir string) error {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
 		return err
 	}
-	f, err := os.OpenFile(root+"/.space/space-agent", os.O_CREATE|os.O_WRONLY, 0o755)
+	defer r.Close()
+	if err := r.MkdirAll(".space", 0o755); err != nil {
+		return err
+	}
+	f, err := r.OpenFile(".space/space-agent", os.O_CREATE|os.O_WRONLY, 0o755)
 	if err != nil {
 		return err
 	}
 	f.Close()
-	if _, err := os.Lstat(root + "/tmp"); errors.Is(err, os.ErrNotExist) {
-		if err := os.Mkdir(root+"/tmp", 0o1777); err != nil {
+	if _, err := r.Lstat("tmp"); errors.Is(err, os.ErrNotExist) {
+		if err := r.Mkdir("tmp", 0o777); err != nil {
 			return err
 		}
-		if err := os.Chmod(root+"/tmp", 0o1777); err != nil {
+		if err := r.Chmod("tmp", 0o1777); err != nil {
 			return err
 		}
 	}
-	if err := os.MkdirAll(root+"/etc", 0o755); err != nil {
+	if err := r.MkdirAll("etc", 0o755); err != nil {
 		return err
 	}
-	if _, err := os.Lstat(root + "/etc/passwd"); errors.Is(err, os.ErrNotExist) {
-		if err := os.WriteFile(root+"/etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
+	if _, err := r.Lstat("etc/passwd"); errors.Is(err, os.ErrNotExist) {
+		if err := r.WriteFile("etc/passwd", []byte("root:x:0:0:root:/root:/bin/sh\n"), 0o644); err != nil {
 			return err
 		}
-		if err := os.WriteFile(root+"/etc/group", []byte("root:x:0:\n"), 0o644); err != nil {
+		if err := r.WriteFile("etc/group", []byte("root:x:0:\n"), 0o644); err != nil {
 			return err
 		}
 	}
-	return os.MkdirAll(root+"/root", 0o700)
+	return r.MkdirAll("root", 0o700)
 }

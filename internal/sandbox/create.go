@@ -248,6 +248,7 @@ func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
 // applyTemplate records the template's command defaults in b's spec. The caller owns b.
 func applyTemplate(b *box, tpl Template) {
 	b.spec.WorkingDir, b.spec.User = tpl.WorkingDir, tpl.User
+	b.spec.RootFS, b.spec.Layers = tpl.RootFS, tpl.Layers
 	b.rec.Spec = encodeSpec(b.spec)
 	b.refresh()
 }

@@ -69,6 +69,7 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
 	if err := syncTree(dir); err != nil {
+		m.crashed(ctx, b, "pause: checkpoint not durable: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
 	}
 	// The runtime's own state goes; the checkpoint holds everything.
@@ -91,11 +92,10 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 			b.slot, b.rec.SlotIndex = nil, -1
 		}
 	}
-	if left := time.Until(b.rec.ExpiresAt); left > 0 {
-		b.rec.TimeoutSeconds = int(left.Round(time.Second) / time.Second)
-	}
+	b.rec.TimeoutSeconds = max(1, int(time.Until(b.rec.ExpiresAt).Round(time.Second)/time.Second))
 	b.rec.ExpiresAt = time.Time{}
 	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
+		_ = m.setState(ctx, b, StateError, "pause could not be recorded: "+err.Error())
 		return Info{}, err
 	}
 	m.publish(EventPaused, b.rec, "")
@@ -129,9 +129,13 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-	tpl, err := m.cfg.Templates(ctx, b.rec.Template)
-	if err != nil {
-		return fmt.Errorf("resume %s: template: %w", b.rec.ID, err)
+	// Exactly the layers it was started on: its writable layer and memory belong to them.
+	tpl := Template{RootFS: b.spec.RootFS, Layers: b.spec.Layers}
+	if tpl.RootFS == "" {
+		var err error
+		if tpl, err = m.cfg.Templates(ctx, b.rec.Template); err != nil {
+			return fmt.Errorf("resume %s: template: %w", b.rec.ID, err)
+		}
 	}
 	if b.slot == nil {
 		slot, err := m.cfg.Slots.Acquire(ctx)
@@ -155,11 +159,13 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 	rctx, rcancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer rcancel()
 	if err := b.client.WaitReady(rctx); err != nil {
-		m.crashed(ctx, b, "agent did not answer after resume")
+		// Back to paused: the checkpoint is intact, a later resume may do better.
+		m.unresume(ctx, b)
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s did not come back: %v", b.rec.ID, err))
 	}
 	b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)
 	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		m.crashed(ctx, b, "resume could not be recorded: "+err.Error())
 		return err
 	}
 	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
@@ -168,6 +174,31 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 	m.publish(EventResumed, b.rec, "")
 	m.log.Info("sandbox resumed", "id", b.rec.ID)
 	return nil
+}
+
+// unresume stops a restored runtime again and returns b to paused, keeping its checkpoint. The
+// caller holds b.mu.
+func (m *Manager) unresume(ctx context.Context, b *box) {
+	if b.end != nil {
+		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s paused", b.rec.ID)))
+	}
+	if err := m.cfg.Drivers[b.rec.Runtime].Delete(ctx, b.rec.ID); err != nil {
+		m.log.Error("stop runtime", "id", b.rec.ID, "err", err)
+	}
+	if b.hc != nil {
+		b.hc.CloseIdleConnections()
+	}
+	b.client = nil
+	if b.slot != nil {
+		if err := m.cfg.Slots.Release(ctx, b.slot); err == nil {
+			b.slot, b.rec.SlotIndex = nil, -1
+		}
+	}
+	b.rec.State = string(StatePaused) // from pausing, resuming or running: the checkpoint rules
+	b.refresh()
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		m.log.Error("record paused", "id", b.rec.ID, "err", err)
+	}
 }
 
 // syncTree fsyncs every file and directory under dir.

@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"fmt"
+	"os"
 
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -111,6 +112,14 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	m.register(b)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if (state == StatePausing || state == StateResuming) && m.cfg.StateDir != "" {
+		// Caught mid-pause or mid-resume: a checkpoint on disk is the sandbox; keep it paused.
+		if entries, err := os.ReadDir(m.checkpointDir(b.rec.ID)); err == nil && len(entries) > 0 {
+			m.log.Info("interrupted pause or resume: sandbox is paused", "id", b.rec.ID)
+			m.unresume(ctx, b)
+			return
+		}
+	}
 	if b.rec.State != string(StateRunning) {
 		b.rec.State = string(StateRunning) // so the guard allows running → error
 	}

@@ -45,6 +45,10 @@ type Spec struct {
 	// Command defaults from the template's image.
 	WorkingDir string `json:"working_dir,omitempty"`
 	User       string `json:"user,omitempty"`
+	// The layers the sandbox was started on: a paused sandbox resumes on exactly these, and they
+	// are kept while any sandbox names them.
+	RootFS string   `json:"rootfs,omitempty"`
+	Layers []string `json:"layers,omitempty"`
 }
 
 // CreateRequest asks for a new sandbox. Zero values take defaults.

@@ -64,7 +64,7 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 		}
 		prev := b.rec
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
-		spec.WorkingDir, spec.User = b.spec.WorkingDir, b.spec.User
+		spec.WorkingDir, spec.User, spec.RootFS, spec.Layers = b.spec.WorkingDir, b.spec.User, b.spec.RootFS, b.spec.Layers
 		rec.Spec = encodeSpec(spec)
 		b.rec, b.spec = rec, spec
 		err = m.cfg.Store.UpdateSandbox(wctx, b.rec)
@@ -160,6 +160,9 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
+		defer ccancel()
+		_ = m.drop(cctx, b)
 		return err
 	}
 	m.mu.Lock()

@@ -56,7 +56,8 @@ type Template struct {
 // one template share a single build, also across processes that share Dir (a lock file).
 type Store struct {
 	dir      string
-	userRoot string // holds .user (built templates) and .layers
+	userRoot string       // holds .user (built templates) and .layers
+	gcMu     sync.RWMutex // builds hold it shared, layer cleanup exclusively
 	busybox  string
 	log      *slog.Logger
 	recipes  map[string]recipe

@@ -138,9 +138,17 @@ func (s *Store) listUser() ([]Template, error) {
 	return out, nil
 }
 
-// Delete removes a built template, then every layer that no template names and no sandbox has
-// mounted. Built-in templates cannot be deleted.
-func (s *Store) Delete(ctx context.Context, name string) error {
+// Building marks a build in progress until the returned func is called: layer cleanup waits, so
+// that layers being made, or found but not yet named by a template, are not removed.
+func (s *Store) Building() func() {
+	s.gcMu.RLock()
+	return s.gcMu.RUnlock
+}
+
+// Delete removes a built template, then every layer that no template names, no sandbox has
+// mounted and keep (if given: the layers sandboxes were started on, paused ones included) does
+// not list. Built-in templates cannot be deleted.
+func (s *Store) Delete(ctx context.Context, name string, keep func() []string) error {
 	if _, ok := s.recipes[name]; ok {
 		return errdefs.Conflict(fmt.Sprintf("template %q is built in and cannot be deleted", name))
 	}
@@ -153,16 +161,25 @@ func (s *Store) Delete(ctx context.Context, name string) error {
 	if err := syncDir(s.userDir()); err != nil {
 		return err
 	}
-	return s.collectLayers(ctx)
+	s.gcMu.Lock()
+	defer s.gcMu.Unlock()
+	var kept []string
+	if keep != nil {
+		kept = keep()
+	}
+	return s.collectLayers(ctx, kept)
 }
 
 // collectLayers removes layers that no template names and that are not mounted.
-func (s *Store) collectLayers(ctx context.Context) error {
+func (s *Store) collectLayers(ctx context.Context, keep []string) error {
 	all, err := s.listUser()
 	if err != nil {
 		return err
 	}
 	used := map[string]bool{}
+	for _, l := range keep {
+		used[l] = true
+	}
 	for _, t := range all {
 		used[t.RootFS] = true
 		for _, l := range t.Layers {
@@ -180,7 +197,7 @@ func (s *Store) collectLayers(ctx context.Context) error {
 	var errs []error
 	for _, e := range entries {
 		dir := filepath.Join(s.layerDir(), e.Name())
-		if used[dir] || inUse(dir, mounted) {
+		if used[dir] || inUse(dir, mounted) || strings.Contains(e.Name(), ".tmp") {
 			continue
 		}
 		s.log.InfoContext(ctx, "removing unused template layer", "layer", e.Name())

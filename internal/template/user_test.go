@@ -57,14 +57,14 @@ func TestUserTemplates(t *testing.T) {
 			t.Errorf("Save(%+v) succeeded", bad)
 		}
 	}
-	if err := s.Delete(ctx, "minimal"); !errors.Is(err, errdefs.ErrFailedPrecondition) {
+	if err := s.Delete(ctx, "minimal", nil); !errors.Is(err, errdefs.ErrFailedPrecondition) {
 		t.Fatalf("delete built-in: %v", err)
 	}
-	if err := s.Delete(ctx, "nope"); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := s.Delete(ctx, "nope", nil); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("delete missing: %v", err)
 	}
 	// Deleting "two" frees layer 2 only; layer 1 is still one's.
-	if err := s.Delete(ctx, "two"); err != nil {
+	if err := s.Delete(ctx, "two", nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(l2); !os.IsNotExist(err) {
