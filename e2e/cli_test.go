@@ -70,6 +70,15 @@ func TestCLI(t *testing.T) {
 	if _, errOut, code := space("", "info", "sbx_aaaaaaaaaaaaaaaaaaaa"); code != 1 || !strings.HasPrefix(errOut, "space: ") {
 		t.Fatalf("info of a missing sandbox: %q %d", errOut, code)
 	}
+	if out, errOut, code := space("", "pause", id); code != 0 || !strings.Contains(out, "paused") {
+		t.Fatalf("pause: %q %q", out, errOut)
+	}
+	if out, _, _ := space("", "exec", id, "--", "cat", "/root/in.txt"); out != "from host\n" { // resumes it
+		t.Fatalf("exec on a paused sandbox: %q", out)
+	}
+	if _, errOut, code := space("", "resume", id); code != 1 || !strings.Contains(errOut, "not paused") {
+		t.Fatalf("resume of a running sandbox: %q %d", errOut, code)
+	}
 	if _, errOut, code := space("", "rm", id); code != 0 {
 		t.Fatalf("rm: %q", errOut)
 	}

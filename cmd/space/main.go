@@ -101,6 +101,8 @@ func commands() []command {
 		{"shell", "ID [-- CMD ARGS...]", "open an interactive shell", (*app).cmdShell},
 		{"cp", "(LOCAL|-) ID:/path | ID:/path (LOCAL|-)", "copy a file into or out of a sandbox", (*app).cmdCopy},
 		{"rm", "ID...", "delete sandboxes", (*app).cmdRemove},
+		{"pause", "ID", "pause a sandbox: memory, processes and files saved to disk", (*app).cmdPause},
+		{"resume", "ID", "resume a paused sandbox where it stopped", (*app).cmdResume},
 		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
 		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}

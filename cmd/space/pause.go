@@ -1,0 +1,40 @@
+package main
+
+import (
+	"context"
+
+	"github.com/space-sandbox/space/pkg/client"
+)
+
+func (a *app) cmdPause(args []string) error {
+	return a.oneSandbox("pause", args, (*client.Client).PauseSandbox)
+}
+
+func (a *app) cmdResume(args []string) error {
+	return a.oneSandbox("resume", args, (*client.Client).ResumeSandbox)
+}
+
+// oneSandbox runs a call on one sandbox ID and prints the sandbox it returns.
+func (a *app) oneSandbox(name string, args []string, call func(*client.Client, context.Context, string) (*client.Sandbox, error)) error {
+	fs := a.newFlagSet(name, "ID")
+	pos, _, err := parseArgs(fs, args, -1)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("usage: space %s ID", name)
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	sb, err := call(c, a.ctx, pos[0])
+	if err != nil {
+		return err
+	}
+	if a.global.json {
+		return a.printJSON(sb)
+	}
+	printSandbox(a.stdout, sb)
+	return nil
+}
