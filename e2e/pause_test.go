@@ -124,3 +124,36 @@ func TestPausedSandboxKeepsItsTemplate(t *testing.T) {
 		t.Fatalf("layer gone: %+v", res)
 	}
 }
+
+// TestTimeoutPauses: with on_timeout "pause" a sandbox whose time is up is paused, not removed;
+// it resumes with its files.
+func TestTimeoutPauses(t *testing.T) {
+	d := startSpaced(t)
+	c := d.Client
+	ctx := ctxT(t)
+	events, err := c.Events(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer events.Close()
+	id := create(t, c, client.CreateSandboxRequest{Template: "minimal", TimeoutSeconds: 2, OnTimeout: "pause"}).ID
+	run(t, c, id, "echo kept > /root/f")
+	for {
+		ev, err := events.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(ev.Data), id) && ev.Type == "sandbox.paused" {
+			break
+		}
+		if ev.Type == "sandbox.expired" {
+			t.Fatalf("removed instead of paused: %+v", ev)
+		}
+	}
+	if sb, err := c.GetSandbox(ctx, id); err != nil || sb.State != client.StatePaused {
+		t.Fatalf("after its timeout: %+v %v", sb, err)
+	}
+	if res := run(t, c, id, "cat /root/f"); res.Stdout != "kept\n" {
+		t.Fatalf("after resume: %+v", res)
+	}
+}

@@ -544,6 +544,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"overflowing timeout", "POST", "/v1/sandboxes", `{"timeout_seconds":9223372037}`, 400, "invalid_argument"},
 		{"overflowing timeout update", "POST", "/v1/sandboxes/" + id + "/timeout", `{"timeout_seconds":18446744074}`, 400, "invalid_argument"},
 		{"bad env key", "POST", "/v1/sandboxes", `{"env":{"A=B":"c"}}`, 400, "invalid_argument"},
+		{"pause without a checkpointing runtime", "POST", "/v1/sandboxes", `{"on_timeout":"pause"}`, 400, "invalid_argument"},
+		{"bad on_timeout", "POST", "/v1/sandboxes", `{"on_timeout":"explode"}`, 400, "invalid_argument"},
 		{"bad egress", "POST", "/v1/sandboxes", `{"network":{"egress":{"default":"maybe"}}}`, 400, "invalid_argument"},
 		{"bad memory", "POST", "/v1/sandboxes", `{"resources":{"memory_mib":1}}`, 400, "invalid_argument"},
 		{"bad id", "GET", "/v1/sandboxes/not-an-id", "", 400, "invalid_argument"},

@@ -115,7 +115,9 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 		req.OnTimeout = "kill"
 	case "kill":
 	case "pause":
-		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(`on_timeout "pause" is not supported by this server yet`)
+		if _, ok := drv.(runtime.Checkpointer); !ok || m.cfg.StateDir == "" {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf(`on_timeout "pause": runtime %s cannot pause`, req.Runtime))
+		}
 	default:
 		return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("on_timeout %q: want kill or pause", req.OnTimeout))
 	}

@@ -25,6 +25,12 @@ func (m *Manager) reaper() {
 		ctx := context.Background()
 		now := m.cfg.Now()
 		for _, b := range m.expired(now) {
+			if b.view.Load().OnTimeout == "pause" {
+				if _, err := m.Pause(ctx, b.tenant, b.id); err != nil {
+					m.log.Error("pause expired sandbox", "id", b.id, "err", err)
+				}
+				continue
+			}
 			if err := m.remove(ctx, b, EventExpired, "timeout"); err != nil {
 				m.log.Error("remove expired sandbox", "id", b.id, "err", err)
 			}
