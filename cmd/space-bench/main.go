@@ -64,6 +64,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return fmt.Errorf("raw exec: %w", err)
 	}
 
+	fmt.Fprintln(out, "measuring raw floor: runsc checkpoint + runsc restore …")
+	rawCkpt, rawRestore, err := raw.checkpointRestore(ctx, n/2+1)
+	if err != nil {
+		return fmt.Errorf("raw checkpoint/restore: %w", err)
+	}
+
 	fmt.Fprintln(out, "starting spaced (warm pool of 2, the default) …")
 	d, err := startDaemon(ctx, bin, out, "SPACE_WARM_POOL=2")
 	if err != nil {
@@ -120,6 +126,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 
+	fmt.Fprintln(out, "measuring spaced: pause and resume …")
+	pauses, resumes, err := pauseResume(ctx, c, n/2+1)
+	if err != nil {
+		return err
+	}
+
 	fmt.Fprintln(out, "measuring spaced: template build of a 3-step recipe, first and cached …")
 	firstBuild, cachedBuild, err := buildTimes(ctx, c, n/4+1)
 	if err != nil {
@@ -137,6 +149,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		{"time to interactive, cold (SPACE_WARM_POOL=0)", median(coldTTI), median(rawTTI), "≤ 1.0×"},
 		{"create + first output: base vs minimal (both cold)", median(baseTTI), median(coldTTI), "≤ 1.2×"},
 		{"exec round trip (echo hi)", median(rt), median(rawExec), "≤ 0.25×"},
+		{"pause (durable) vs runsc checkpoint", median(pauses), median(rawCkpt), ""},
+		{"resume vs runsc restore", median(resumes), median(rawRestore), "≤ 1.5×"},
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", "measurement", "spaced", "raw floor", "ratio", "target")
@@ -264,6 +278,31 @@ func buildTimes(ctx context.Context, c *client.Client, n int) (first, cached []t
 		}
 	}
 	return first, cached, nil
+}
+
+// pauseResume pauses and resumes one minimal sandbox running a background process n times.
+func pauseResume(ctx context.Context, c *client.Client, n int) (pauses, resumes []time.Duration, err error) {
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if _, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 100000"}); err != nil {
+		return nil, nil, err
+	}
+	for range n {
+		t0 := time.Now()
+		if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {
+			return nil, nil, err
+		}
+		pauses = append(pauses, time.Since(t0))
+		t0 = time.Now()
+		if _, err := c.ResumeSandbox(ctx, sb.ID); err != nil {
+			return nil, nil, err
+		}
+		resumes = append(resumes, time.Since(t0))
+	}
+	return pauses, resumes, nil
 }
 
 // firstOutput runs echo over SSE and returns at its first stdout event.
@@ -430,6 +469,36 @@ func (r *rawFloor) execRoundTrip(ctx context.Context, n int) ([]time.Duration, e
 		}
 	}
 	return out, nil
+}
+
+// checkpointRestore checkpoints a running busybox container (a sleep) and restores it into a new
+// container, n times.
+func (r *rawFloor) checkpointRestore(ctx context.Context, n int) (ckpt, restore []time.Duration, err error) {
+	for i := range n {
+		id := fmt.Sprintf("bench-ck-%s-%d", spacedtest.RandomHex(3), i)
+		if err := r.runsc(ctx, "run", "--detach", "--bundle", r.bundle, id); err != nil {
+			return nil, nil, err
+		}
+		img := filepath.Join(r.dir, "img-"+id)
+		t0 := time.Now()
+		if err := r.runsc(ctx, "checkpoint", "--image-path="+img, id); err != nil {
+			r.remove(ctx, id)
+			return nil, nil, err
+		}
+		ckpt = append(ckpt, time.Since(t0))
+		_ = r.remove(ctx, id)
+		id2 := id + "-r"
+		t0 = time.Now()
+		if err := r.runsc(ctx, "restore", "--detach", "--image-path="+img, "--bundle", r.bundle, id2); err != nil {
+			return nil, nil, err
+		}
+		restore = append(restore, time.Since(t0))
+		if err := r.remove(ctx, id2); err != nil {
+			return nil, nil, err
+		}
+		os.RemoveAll(img)
+	}
+	return ckpt, restore, nil
 }
 
 func (r *rawFloor) remove(ctx context.Context, id string) error {
