@@ -79,6 +79,14 @@ func TestCLI(t *testing.T) {
 	if _, errOut, code := space("", "resume", id); code != 1 || !strings.Contains(errOut, "not paused") {
 		t.Fatalf("resume of a running sandbox: %q %d", errOut, code)
 	}
+	out, errOut, code = space("", "fork", id, "--count", "2")
+	forks := strings.Fields(out)
+	if code != 0 || len(forks) != 2 {
+		t.Fatalf("fork: %q %q", out, errOut)
+	}
+	if _, errOut, code := space("", append([]string{"rm"}, forks...)...); code != 0 {
+		t.Fatalf("rm copies: %q", errOut)
+	}
 	if _, errOut, code := space("", "rm", id); code != 0 {
 		t.Fatalf("rm: %q", errOut)
 	}

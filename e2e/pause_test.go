@@ -157,3 +157,45 @@ func TestTimeoutPauses(t *testing.T) {
 		t.Fatalf("after resume: %+v", res)
 	}
 }
+
+// TestFork: copies of a running sandbox have its files and running processes (same PIDs), are
+// independent of it and of each other, answer under their own tokens, and name their parent.
+func TestFork(t *testing.T) {
+	d := startSpaced(t)
+	c := d.Client
+	ctx := ctxT(t)
+	parent := create(t, c, client.CreateSandboxRequest{Template: "minimal"}).ID
+	run(t, c, parent, "echo original > /root/f")
+	pid, err := c.ExecBackground(ctx, parent, client.ExecRequest{Command: "sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copies, err := c.ForkSandbox(ctx, parent, 2)
+	if err != nil || len(copies) != 2 || copies[0].ID == copies[1].ID || copies[0].ID == parent {
+		t.Fatalf("fork: %+v %v", copies, err)
+	}
+	for i, cp := range copies {
+		if cp.Parent == nil || cp.Parent.SandboxID != parent || cp.State != client.StateRunning {
+			t.Fatalf("copy %d: %+v", i, cp)
+		}
+		if res := run(t, c, cp.ID, "cat /root/f; echo copy-"+string(rune('a'+i))+" > /root/f"); res.Stdout != "original\n" {
+			t.Fatalf("copy %d sees %+v", i, res)
+		}
+		procs, err := c.ListProcesses(ctx, cp.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := findProc(procs, pid); p == nil || !p.Running {
+			t.Fatalf("copy %d lacks process %d: %+v", i, pid, procs)
+		}
+	}
+	if res := run(t, c, parent, "cat /root/f"); res.Stdout != "original\n" {
+		t.Fatalf("a copy's write reached the parent: %+v", res)
+	}
+	if res := run(t, c, copies[1].ID, "cat /root/f"); res.Stdout != "copy-b\n" {
+		t.Fatalf("copies are not independent: %+v", res)
+	}
+	if _, err := c.ForkSandbox(ctx, parent, 0); err == nil {
+		t.Fatal("fork of 0 copies accepted")
+	}
+}

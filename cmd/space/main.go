@@ -103,6 +103,7 @@ func commands() []command {
 		{"rm", "ID...", "delete sandboxes", (*app).cmdRemove},
 		{"pause", "ID", "pause a sandbox: memory, processes and files saved to disk", (*app).cmdPause},
 		{"resume", "ID", "resume a paused sandbox where it stopped", (*app).cmdResume},
+		{"fork", "ID [--count N]", "make running copies of a sandbox; prints their IDs", (*app).cmdFork},
 		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
 		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/space-sandbox/space/pkg/client"
 )
@@ -36,5 +37,32 @@ func (a *app) oneSandbox(name string, args []string, call func(*client.Client, c
 		return a.printJSON(sb)
 	}
 	printSandbox(a.stdout, sb)
+	return nil
+}
+
+func (a *app) cmdFork(args []string) error {
+	fs := a.newFlagSet("fork", "ID [--count N]")
+	count := fs.Int("count", 1, "how many copies (1..10)")
+	pos, _, err := parseArgs(fs, args, -1)
+	if err != nil {
+		return err
+	}
+	if len(pos) != 1 {
+		return usagef("usage: space fork ID [--count N]")
+	}
+	c, err := a.connect()
+	if err != nil {
+		return err
+	}
+	copies, err := c.ForkSandbox(a.ctx, pos[0], *count)
+	if err != nil {
+		return err
+	}
+	if a.global.json {
+		return a.printJSON(copies)
+	}
+	for _, sb := range copies {
+		fmt.Fprintln(a.stdout, sb.ID)
+	}
 	return nil
 }

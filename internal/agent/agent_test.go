@@ -594,3 +594,28 @@ func TestWaitReady(t *testing.T) {
 		t.Fatalf("late agent: %v", err)
 	}
 }
+
+// TestRotateToken: the holder of the current token gives the agent a new one; from then on only
+// the new one works (a forked copy of a sandbox no longer answers to its parent's token).
+func TestRotateToken(t *testing.T) {
+	a := startAgent(t)
+	ctx := testCtx(t)
+	if err := agent.NewClient(a.url, "nope", nil).Rotate(ctx, "stolen"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("rotate with a wrong token: %v", err)
+	}
+	if err := a.c.Rotate(ctx, ""); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("rotate to an empty token: %v", err)
+	}
+	if err := a.c.Rotate(ctx, "fresh-token"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.c.Stat(ctx, "/"); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("old token still works: %v", err)
+	}
+	if _, _, err := a.c.Download(ctx, "/etc/hostname", ""); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("old token still works for files: %v", err)
+	}
+	if _, err := agent.NewClient(a.url, "fresh-token", nil).Stat(ctx, "/"); err != nil {
+		t.Fatalf("new token: %v", err)
+	}
+}

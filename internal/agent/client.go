@@ -91,6 +91,29 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
+// Rotate gives the agent newToken as its access token, authorized by the client's current one.
+// The client keeps the old token: make a new Client for newToken.
+func (c *Client) Rotate(ctx context.Context, newToken string) error {
+	body := strings.NewReader(fmt.Sprintf(`{"accessToken":%q}`, newToken))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/init", body)
+	if err != nil {
+		return fmt.Errorf("agent init: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	if c.token != "" {
+		req.Header.Set(accessTokenHeader, c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return transportError("agent init", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusNoContent {
+		return httpError(resp)
+	}
+	return nil
+}
+
 // WaitReady polls Health every ~2 ms (10 ms while connections are refused, so a sandbox that
 // is still booting costs no CPU) until it succeeds or ctx is done.
 func (c *Client) WaitReady(ctx context.Context) error {

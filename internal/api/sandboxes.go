@@ -216,3 +216,27 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, p auth.Pri
 	}
 	writeJSON(w, http.StatusOK, toJSON(info))
 }
+
+func (s *Server) handleFork(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req struct {
+		Count *int `json:"count"`
+	}
+	if err := decodeOptionalJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	count := 1
+	if req.Count != nil {
+		count = *req.Count
+	}
+	copies, err := s.sb.Fork(r.Context(), p.Tenant, r.PathValue("id"), count)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	out := make([]sandboxJSON, 0, len(copies))
+	for _, c := range copies {
+		out = append(out, toJSON(c))
+	}
+	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
+}

@@ -65,6 +65,7 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/timeout", s.handleTimeout)
 	a("POST /v1/sandboxes/{id}/pause", s.handlePause)
 	a("POST /v1/sandboxes/{id}/resume", s.handleResume)
+	a("POST /v1/sandboxes/{id}/fork", s.handleFork)
 
 	a("POST /v1/sandboxes/{id}/exec", s.handleExec)
 	a("GET /v1/sandboxes/{id}/processes", s.handleProcesses)

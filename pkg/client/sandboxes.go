@@ -88,3 +88,18 @@ func (c *Client) ResumeSandbox(ctx context.Context, id string) (*Sandbox, error)
 	}
 	return &sb, nil
 }
+
+// ForkSandbox makes count independent running copies of sandbox id's current state (memory,
+// processes, files); each has its own ID, token and network slot.
+func (c *Client) ForkSandbox(ctx context.Context, id string, count int) ([]Sandbox, error) {
+	body := struct {
+		Count int `json:"count"`
+	}{count}
+	var out struct {
+		Sandboxes []Sandbox `json:"sandboxes"`
+	}
+	if err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/fork"), json: body}, &out); err != nil {
+		return nil, err
+	}
+	return out.Sandboxes, nil
+}

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"connectrpc.com/connect"
 
@@ -54,15 +56,28 @@ func userFrom(ctx context.Context) User {
 	return u
 }
 
+// accessToken is the agent's current token; POST /init replaces it (a restored copy of a sandbox
+// gets its own).
+type accessToken struct{ v atomic.Pointer[string] }
+
+func newAccessToken(t string) *accessToken {
+	a := &accessToken{}
+	a.v.Store(&t)
+	return a
+}
+
+func (a *accessToken) get() string  { return *a.v.Load() }
+func (a *accessToken) set(t string) { a.v.Store(&t) }
+
 // authInterceptor checks the access token of every RPC and resolves the calling user.
 type authInterceptor struct {
-	token       string
+	token       *accessToken
 	users       *userDB
 	defaultUser string
 }
 
 func (a *authInterceptor) authenticate(ctx context.Context, h http.Header) (context.Context, error) {
-	if !tokenOK(a.token, h.Get(accessTokenHeader)) {
+	if !tokenOK(a.token.get(), h.Get(accessTokenHeader)) {
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or missing access token"))
 	}
 	name := a.defaultUser
@@ -103,9 +118,9 @@ func (a *authInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc
 }
 
 // requireToken guards plain HTTP routes with the access token.
-func requireToken(token string, next http.Handler) http.Handler {
+func requireToken(token *accessToken, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !tokenOK(token, r.Header.Get(accessTokenHeader)) {
+		if !tokenOK(token.get(), r.Header.Get(accessTokenHeader)) {
 			writeJSONError(w, http.StatusUnauthorized, "invalid or missing access token")
 			return
 		}
@@ -143,4 +158,20 @@ func connectErr(err error) error {
 		code = connect.CodeCanceled
 	}
 	return connect.NewError(code, err)
+}
+
+// initHandler serves POST /init {"accessToken": "…"}: the caller, holding the current token,
+// gives the agent a new one (as E2B's envd /init does). An empty token is refused.
+func initHandler(token *accessToken) http.Handler {
+	return requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			AccessToken string `json:"accessToken"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.AccessToken == "" {
+			writeJSONError(w, http.StatusBadRequest, "want {\"accessToken\": \"…\"}")
+			return
+		}
+		token.set(req.AccessToken)
+		w.WriteHeader(http.StatusNoContent)
+	}))
 }

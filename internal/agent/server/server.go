@@ -133,7 +133,8 @@ func New(cfg Config) (*Server, error) {
 	s.procs = newProcTable(&s.cfg)
 	s.reaper = startReaper(s.procs, cfg.ReapAll, s.log)
 
-	auth := &authInterceptor{token: cfg.Token, users: s.users, defaultUser: cfg.DefaultUser}
+	token := newAccessToken(cfg.Token)
+	auth := &authInterceptor{token: token, users: s.users, defaultUser: cfg.DefaultUser}
 	opts := []connect.HandlerOption{connect.WithInterceptors(auth)}
 	mux := http.NewServeMux()
 	mux.Handle(processconnect.NewProcessHandler(&processService{s: s}, opts...))
@@ -141,7 +142,8 @@ func New(cfg Config) (*Server, error) {
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
 	})
-	mux.Handle("/files", requireToken(cfg.Token, &filesHandler{s: s}))
+	mux.Handle("/files", requireToken(token, &filesHandler{s: s}))
+	mux.Handle("POST /init", initHandler(token))
 	s.handler = mux
 	return s, nil
 }

@@ -1,0 +1,152 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// EventForked is published for each copy a fork makes.
+const EventForked = "sandbox.forked"
+
+// maxForkCount bounds one fork.
+const maxForkCount = 10
+
+// Fork makes count independent running copies of a running sandbox's current state (memory,
+// processes, files). Each copy has its own ID, access token and network slot, and records the
+// parent. The parent keeps running. If any copy cannot be made, none is kept; the error says how
+// many failed.
+func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Info, error) {
+	if count < 1 || count > maxForkCount {
+		return nil, errdefs.InvalidArgument(fmt.Sprintf("count: want 1..%d", maxForkCount))
+	}
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancel()
+
+	// The parent's state at one instant, taken while it keeps running.
+	b.mu.Lock()
+	if State(b.rec.State) == StatePaused {
+		if err := m.resume(ctx, b); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+	}
+	if State(b.rec.State) != StateRunning {
+		b.mu.Unlock()
+		return nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
+	}
+	cp, err := m.checkpointer(b)
+	if err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	parent, parentSpec := b.rec, b.spec
+	dir := filepath.Join(m.cfg.StateDir, "forks", newID("fork_", 12))
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
+	err = cp.Checkpoint(ctx, id, dir, true)
+	b.mu.Unlock()
+	defer os.RemoveAll(dir)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: checkpoint: %w", id, err)
+	}
+
+	tpl := Template{RootFS: parentSpec.RootFS, Layers: parentSpec.Layers}
+	var out []Info
+	var errs []error
+	for range count {
+		info, err := m.forkOne(ctx, cp, parent, parentSpec, tpl, dir)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out = append(out, info)
+	}
+	if len(errs) > 0 {
+		// All or nothing: the caller learns no IDs, so the copies that were made go too.
+		for _, c := range out {
+			if err := m.Delete(ctx, tenant, c.ID); err != nil {
+				m.log.Error("remove copy of a failed fork", "id", c.ID, "err", err)
+			}
+		}
+		return nil, fmt.Errorf("fork %s: %d of %d copies failed: %w", id, len(errs), count, errors.Join(errs...))
+	}
+	return out, nil
+}
+
+// forkOne restores one copy of parent from the checkpoint in dir.
+func (m *Manager) forkOne(ctx context.Context, cp runtime.Checkpointer, parent store.Sandbox, spec Spec, tpl Template, dir string) (Info, error) {
+	if err := m.reserve(parent.Tenant); err != nil {
+		return Info{}, err
+	}
+	defer m.unreserve(parent.Tenant)
+	now := m.cfg.Now().UTC()
+	rec := parent
+	rec.ID, rec.AccessToken, rec.State, rec.SlotIndex, rec.Error = newID("sbx_", 20), newToken(), string(StateCreating), -1, ""
+	rec.CreatedAt, rec.UpdatedAt = now, now
+	rec.ExpiresAt = now.Add(time.Duration(max(rec.TimeoutSeconds, 1)) * time.Second)
+	spec.Parent = &Parent{SandboxID: parent.ID}
+	rec.Spec = encodeSpec(spec)
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		return Info{}, err
+	}
+	nb := newBox(rec, spec)
+	nb.mu.Lock()
+	defer nb.mu.Unlock()
+	m.register(nb)
+	err := func() error {
+		slot, err := m.cfg.Slots.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("network slot: %w", err)
+		}
+		nb.slot, nb.rec.SlotIndex = slot, slot.Index
+		if err := m.cfg.Store.UpdateSandbox(ctx, nb.rec); err != nil {
+			return err
+		}
+		if err := cp.Restore(ctx, m.runtimeSpec(nb, tpl), dir); err != nil {
+			return fmt.Errorf("restore: %w", err)
+		}
+		// The copy's agent still holds the parent's token (it is the parent's memory): give it
+		// its own before anyone else can reach it with the parent's.
+		old := agent.NewClient(m.cfg.AgentURL(slot), parent.AccessToken, m.newHTTPClient())
+		rctx, rcancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+		defer rcancel()
+		if err := old.WaitReady(rctx); err != nil {
+			return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("copy did not answer: %v", err))
+		}
+		if err := old.Rotate(rctx, nb.rec.AccessToken); err != nil {
+			return fmt.Errorf("give the copy its token: %w", err)
+		}
+		m.setClient(nb)
+		return m.setState(ctx, nb, StateRunning, "")
+	}()
+	if err != nil {
+		m.teardown(ctx, nb)
+		nb.rec.State = string(StateDeleted)
+		nb.refresh()
+		m.mu.Lock()
+		delete(m.boxes, nb.rec.ID)
+		m.mu.Unlock()
+		if derr := m.cfg.Store.DeleteSandbox(ctx, nb.rec.ID); derr != nil {
+			m.log.Error("remove record of failed copy", "id", nb.rec.ID, "err", derr)
+		}
+		return Info{}, err
+	}
+	m.publish(EventForked, nb.rec, "from "+parent.ID)
+	m.log.Info("sandbox forked", "id", nb.rec.ID, "parent", parent.ID)
+	return *nb.view.Load(), nil
+}
