@@ -132,6 +132,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 
+	fmt.Fprintln(out, "measuring spaced: fork of 1 and of 10 copies …")
+	fork1, fork10, err := forkTimes(ctx, c, n/4+1)
+	if err != nil {
+		return err
+	}
+
 	fmt.Fprintln(out, "measuring spaced: template build of a 3-step recipe, first and cached …")
 	firstBuild, cachedBuild, err := buildTimes(ctx, c, n/4+1)
 	if err != nil {
@@ -151,6 +157,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		{"exec round trip (echo hi)", median(rt), median(rawExec), "≤ 0.25×"},
 		{"pause (durable) vs runsc checkpoint", median(pauses), median(rawCkpt), ""},
 		{"resume vs runsc restore", median(resumes), median(rawRestore), "≤ 1.5×"},
+		{"fork, 1 copy vs runsc restore", median(fork1), median(rawRestore), "≤ 2.5×"},
+		{"fork, 10 copies vs runsc restore", median(fork10), median(rawRestore), ""},
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", "measurement", "spaced", "raw floor", "ratio", "target")
@@ -278,6 +286,40 @@ func buildTimes(ctx context.Context, c *client.Client, n int) (first, cached []t
 		}
 	}
 	return first, cached, nil
+}
+
+// forkTimes forks a minimal sandbox running a background process into 1 and into 10 copies,
+// n times each, deleting the copies after each fork.
+func forkTimes(ctx context.Context, c *client.Client, n int) (one, ten []time.Duration, err error) {
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer c.DeleteSandbox(ctx, sb.ID)
+	if _, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 100000"}); err != nil {
+		return nil, nil, err
+	}
+	for _, count := range []int{1, 10} {
+		for range n {
+			t0 := time.Now()
+			copies, err := c.ForkSandbox(ctx, sb.ID, count)
+			if err != nil {
+				return nil, nil, err
+			}
+			d := time.Since(t0)
+			if count == 1 {
+				one = append(one, d)
+			} else {
+				ten = append(ten, d)
+			}
+			for _, cp := range copies {
+				if err := c.DeleteSandbox(ctx, cp.ID); err != nil {
+					return nil, nil, err
+				}
+			}
+		}
+	}
+	return one, ten, nil
 }
 
 // pauseResume pauses and resumes one minimal sandbox running a background process n times.
