@@ -129,3 +129,18 @@ func peakRSS(t *testing.T, pid int, reset bool) int {
 	t.Fatal("no VmHWM")
 	return 0
 }
+
+// expectKept fails t unless file in sandbox id still reads want and process pid still runs.
+func expectKept(t *testing.T, c *client.Client, id, file, want string, pid int, when string) {
+	t.Helper()
+	if res := run(t, c, id, "cat "+file); res.Stdout != want {
+		t.Fatalf("%s: %s holds %+v, want %q", when, file, res, want)
+	}
+	procs, err := c.ListProcesses(ctxT(t), id)
+	if err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	if p := findProc(procs, pid); p == nil || !p.Running {
+		t.Fatalf("%s: process %d gone: %+v", when, pid, procs)
+	}
+}

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -37,16 +38,7 @@ func TestPauseResume(t *testing.T) {
 	}
 	check := func(round int) {
 		t.Helper()
-		if res := run(t, c, id, "cat /root/file"); res.Stdout != "kept\n" {
-			t.Fatalf("round %d: file %+v", round, res)
-		}
-		procs, err := c.ListProcesses(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := findProc(procs, pid); p == nil || !p.Running {
-			t.Fatalf("round %d: process %d gone: %+v", round, pid, procs)
-		}
+		expectKept(t, c, id, "/root/file", "kept\n", pid, fmt.Sprintf("round %d", round))
 	}
 
 	sb, err := c.PauseSandbox(ctx, id)
@@ -178,16 +170,8 @@ func TestFork(t *testing.T) {
 		if cp.Parent == nil || cp.Parent.SandboxID != parent || cp.State != client.StateRunning {
 			t.Fatalf("copy %d: %+v", i, cp)
 		}
-		if res := run(t, c, cp.ID, "cat /root/f; echo copy-"+string(rune('a'+i))+" > /root/f"); res.Stdout != "original\n" {
-			t.Fatalf("copy %d sees %+v", i, res)
-		}
-		procs, err := c.ListProcesses(ctx, cp.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := findProc(procs, pid); p == nil || !p.Running {
-			t.Fatalf("copy %d lacks process %d: %+v", i, pid, procs)
-		}
+		expectKept(t, c, cp.ID, "/root/f", "original\n", pid, fmt.Sprintf("copy %d", i))
+		run(t, c, cp.ID, "echo copy-"+string(rune('a'+i))+" > /root/f")
 	}
 	if res := run(t, c, parent, "cat /root/f"); res.Stdout != "original\n" {
 		t.Fatalf("a copy's write reached the parent: %+v", res)

@@ -554,16 +554,7 @@ func TestRestart(t *testing.T) {
 		if err != nil || sb.State != client.StateRunning {
 			t.Fatalf("%s: after restart: %+v %v", how, sb, err)
 		}
-		if res := run(t, c, id, "cat /root/file"); res.Stdout != "kept\n" {
-			t.Fatalf("%s: file: %+v", how, res)
-		}
-		procs, err := c.ListProcesses(ctx, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p := findProc(procs, pid); p == nil || !p.Running {
-			t.Fatalf("%s: background process %d gone: %+v", how, pid, procs)
-		}
+		expectKept(t, c, id, "/root/file", "kept\n", pid, how)
 	}
 }
 

@@ -288,17 +288,28 @@ func buildTimes(ctx context.Context, c *client.Client, n int) (first, cached []t
 	return first, cached, nil
 }
 
+// busySandbox is a minimal sandbox running a background process: the workload pause, resume
+// and fork are measured on.
+func busySandbox(ctx context.Context, c *client.Client) (*client.Sandbox, error) {
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 100000"}); err != nil {
+		c.DeleteSandbox(ctx, sb.ID)
+		return nil, err
+	}
+	return sb, nil
+}
+
 // forkTimes forks a minimal sandbox running a background process into 1 and into 10 copies,
 // n times each, deleting the copies after each fork.
 func forkTimes(ctx context.Context, c *client.Client, n int) (one, ten []time.Duration, err error) {
-	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
+	sb, err := busySandbox(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer c.DeleteSandbox(ctx, sb.ID)
-	if _, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 100000"}); err != nil {
-		return nil, nil, err
-	}
 	for _, count := range []int{1, 10} {
 		for range n {
 			t0 := time.Now()
@@ -324,14 +335,11 @@ func forkTimes(ctx context.Context, c *client.Client, n int) (one, ten []time.Du
 
 // pauseResume pauses and resumes one minimal sandbox running a background process n times.
 func pauseResume(ctx context.Context, c *client.Client, n int) (pauses, resumes []time.Duration, err error) {
-	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal"})
+	sb, err := busySandbox(ctx, c)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer c.DeleteSandbox(ctx, sb.ID)
-	if _, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 100000"}); err != nil {
-		return nil, nil, err
-	}
 	for range n {
 		t0 := time.Now()
 		if _, err := c.PauseSandbox(ctx, sb.ID); err != nil {

@@ -29,7 +29,11 @@ func (a *app) oneSandbox(name string, args []string, call func(*client.Client, c
 	if err != nil {
 		return err
 	}
-	sb, err := call(c, a.ctx, pos[0])
+	return a.showSandbox(call(c, a.ctx, pos[0]))
+}
+
+// showSandbox prints a sandbox an API call returned, or returns the call's error.
+func (a *app) showSandbox(sb *client.Sandbox, err error) error {
 	if err != nil {
 		return err
 	}

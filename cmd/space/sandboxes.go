@@ -117,15 +117,7 @@ func (a *app) cmdInfo(args []string) error {
 		printServerInfo(a.stdout, info)
 		return nil
 	}
-	sb, err := c.GetSandbox(a.ctx, pos[0])
-	if err != nil {
-		return err
-	}
-	if a.global.json {
-		return a.printJSON(sb)
-	}
-	printSandbox(a.stdout, sb)
-	return nil
+	return a.showSandbox(c.GetSandbox(a.ctx, pos[0]))
 }
 
 func (a *app) cmdRemove(args []string) error {

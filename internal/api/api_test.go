@@ -526,6 +526,7 @@ func TestFiles(t *testing.T) {
 func TestBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t)
 	id := e.create("")
+	untouched := filepath.Join(t.TempDir(), "x") // a rejected upload must not create it
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 2<<20) + `"}}`
 	tests := []struct {
 		name, method, path, body string
@@ -559,7 +560,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"no path", "GET", "/v1/sandboxes/" + id + "/files", "", 400, "invalid_argument"},
 		{"nul path", "GET", "/v1/sandboxes/" + id + "/files?path=/tmp/a%00b", "", 400, "invalid_argument"},
 		{"remove root", "DELETE", "/v1/sandboxes/" + id + "/files?path=/&recursive=true", "", 400, "invalid_argument"},
-		{"bad mode", "PUT", "/v1/sandboxes/" + id + "/files?path=/tmp/x&mode=999", "x", 400, "invalid_argument"},
+		{"bad mode", "PUT", "/v1/sandboxes/" + id + "/files?path=" + untouched + "&mode=999", "x", 400, "invalid_argument"},
 		{"bad pid", "POST", "/v1/sandboxes/" + id + "/processes/abc/signal", `{"signal":"TERM"}`, 400, "invalid_argument"},
 		{"no route", "GET", "/v1/nothing", "", 404, "not_found"},
 		{"timeout missing", "POST", "/v1/sandboxes/" + id + "/timeout", `{}`, 400, "invalid_argument"},
@@ -574,8 +575,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	if len(list.Sandboxes) != 1 || e.pool.used() != 1 {
 		t.Fatalf("bad input changed state: %+v, %d slots", list, e.pool.used())
 	}
-	if _, err := os.Stat("/tmp/x"); err == nil {
-		t.Log("note: /tmp/x exists on this host (not made by this test)")
+	if _, err := os.Stat(untouched); !os.IsNotExist(err) {
+		t.Fatalf("a rejected upload touched the sandbox: %v", err)
 	}
 }
 

@@ -63,15 +63,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 		err = m.setState(pctx, b, StateRunning, "")
 	}
 	if err != nil {
-		m.teardown(pctx, b)
-		b.rec.State = string(StateDeleted)
-		b.refresh()
-		m.mu.Lock()
-		delete(m.boxes, rec.ID)
-		m.mu.Unlock()
-		if derr := m.cfg.Store.DeleteSandbox(pctx, rec.ID); derr != nil {
-			m.log.Error("remove record of failed sandbox", "id", rec.ID, "err", derr)
-		}
+		m.abandon(pctx, b)
 		m.log.Warn("create failed", "id", rec.ID, "err", err)
 		return Info{}, err
 	}
@@ -257,6 +249,20 @@ func applyTemplate(b *box, tpl Template) {
 
 // hostname is the sandbox's host name: its ID without the prefix underscore (not valid in names).
 func hostname(id string) string { return "sbx-" + id[len("sbx_"):] }
+
+// abandon removes everything of a sandbox whose making failed: runtime, slot, registration and
+// record. The caller holds b.mu.
+func (m *Manager) abandon(ctx context.Context, b *box) {
+	_ = m.teardown(ctx, b)
+	b.rec.State = string(StateDeleted)
+	b.refresh()
+	m.mu.Lock()
+	delete(m.boxes, b.rec.ID)
+	m.mu.Unlock()
+	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+		m.log.Error("remove record of failed sandbox", "id", b.rec.ID, "err", err)
+	}
+}
 
 // teardown removes the runtime and the slot of b, logging what fails. The caller holds b.mu.
 // It returns the first error.

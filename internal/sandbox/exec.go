@@ -143,21 +143,33 @@ func exitCode(ev agent.Event) int {
 
 // client returns the agent client of a running sandbox of tenant and the context of its life.
 func (m *Manager) client(tenant, id string) (*agent.Client, context.Context, error) {
+	c, life, _, _, err := m.clientFor(tenant, id)
+	return c, life, err
+}
+
+// clientFor is client plus what a command needs of the sandbox: a copy of its own environment
+// (commands get it under their own: a sandbox taken from the warm pool started before it was
+// known) and its spec (the template's command defaults).
+func (m *Manager) clientFor(tenant, id string) (*agent.Client, context.Context, map[string]string, Spec, error) {
 	b, err := m.lookup(tenant, id)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, Spec{}, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if State(b.rec.State) == StatePaused { // using a paused sandbox resumes it
 		if err := m.resume(context.Background(), b); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, Spec{}, err
 		}
 	}
 	if State(b.rec.State) != StateRunning || b.client == nil {
-		return nil, nil, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
+		return nil, nil, nil, Spec{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
 	}
-	return b.client, b.life, nil
+	env := make(map[string]string, len(b.rec.Env))
+	for k, v := range b.rec.Env {
+		env[k] = v
+	}
+	return b.client, b.life, env, b.spec, nil
 }
 
 // Agent returns the agent client of a running sandbox, for file operations, and a context that
@@ -169,22 +181,6 @@ func (m *Manager) Agent(ctx context.Context, tenant, id string) (c *agent.Client
 	}
 	actx, cancel := withLife(ctx, life)
 	return c, actx, cancel, nil
-}
-
-// sandboxEnv returns a copy of the sandbox's own environment. Commands get it under their own:
-// a sandbox taken from the warm pool started before its environment was known.
-func (m *Manager) sandboxEnv(tenant, id string) (map[string]string, Spec, error) {
-	b, err := m.lookup(tenant, id)
-	if err != nil {
-		return nil, Spec{}, err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	env := make(map[string]string, len(b.rec.Env))
-	for k, v := range b.rec.Env {
-		env[k] = v
-	}
-	return env, b.spec, nil
 }
 
 // withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
@@ -214,11 +210,7 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	if o.Timeout < 0 {
 		return nil, errdefs.InvalidArgument("timeout_seconds: must not be negative")
 	}
-	c, life, err := m.client(tenant, id)
-	if err != nil {
-		return nil, err
-	}
-	env, defaults, err := m.sandboxEnv(tenant, id)
+	c, life, env, defaults, err := m.clientFor(tenant, id)
 	if err != nil {
 		return nil, err
 	}

@@ -135,15 +135,7 @@ func (m *Manager) forkOne(ctx context.Context, cp runtime.Checkpointer, parent s
 		return m.setState(ctx, nb, StateRunning, "")
 	}()
 	if err != nil {
-		m.teardown(ctx, nb)
-		nb.rec.State = string(StateDeleted)
-		nb.refresh()
-		m.mu.Lock()
-		delete(m.boxes, nb.rec.ID)
-		m.mu.Unlock()
-		if derr := m.cfg.Store.DeleteSandbox(ctx, nb.rec.ID); derr != nil {
-			m.log.Error("remove record of failed copy", "id", nb.rec.ID, "err", derr)
-		}
+		m.abandon(ctx, nb)
 		return Info{}, err
 	}
 	m.publish(EventForked, nb.rec, "from "+parent.ID)

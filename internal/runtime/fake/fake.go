@@ -12,6 +12,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent/server"
@@ -127,7 +128,7 @@ func (d *Driver) Delete(_ context.Context, id string) error {
 	delete(d.boxes, id)
 	d.mu.Unlock()
 	if ok && !inst.dead {
-		inst.srv.SignalAll(syscallKill)
+		inst.srv.SignalAll(syscall.SIGKILL)
 		inst.stop()
 	}
 	return nil

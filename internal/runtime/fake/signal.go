@@ -1,5 +1,0 @@
-package fake
-
-import "syscall"
-
-const syscallKill = syscall.SIGKILL
