@@ -1,0 +1,401 @@
+// Package fstree records directory trees (a sandbox's writable layer, a checkpoint image) into
+// the chunk store as manifests, writes them back out, compares them, and answers what a path
+// looks like through a stack of overlay layers. Entries keep what overlayfs and the runtimes
+// care about: type (whiteouts are 0:0 character devices), mode with setuid and sticky bits,
+// ownership, times, extended attributes (trusted.overlay.opaque) and symlink targets.
+package fstree
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/cas"
+)
+
+// Entry is one file, directory, link or device of a tree.
+type Entry struct {
+	Path   string            `json:"p"` // slash-separated, relative to the tree's root, never "" or "."
+	Type   string            `json:"t"` // f d l c b p
+	Mode   uint32            `json:"m"` // permission bits with setuid, setgid and sticky
+	UID    int               `json:"u,omitempty"`
+	GID    int               `json:"g,omitempty"`
+	MTime  int64             `json:"mt,omitempty"` // nanoseconds since the epoch
+	Size   int64             `json:"s,omitempty"`
+	Target string            `json:"l,omitempty"`
+	Rdev   uint64            `json:"r,omitempty"`
+	Xattrs map[string][]byte `json:"x,omitempty"`
+	Chunks []cas.Chunk       `json:"c,omitempty"`
+	// Identity of the file on the host it was captured from, to tell unchanged files next time.
+	Ino   uint64 `json:"i,omitempty"`
+	CTime int64  `json:"ct,omitempty"`
+
+	src string // host path the content can be read from, for entries of a directory layer
+}
+
+// Whiteout reports whether e marks a deletion (overlayfs: a 0:0 character device).
+func (e Entry) Whiteout() bool { return e.Type == "c" && e.Rdev == 0 }
+
+// Opaque reports whether e is a directory that hides the layers below it.
+func (e Entry) Opaque() bool { return e.Type == "d" && string(e.Xattrs["trusted.overlay.opaque"]) == "y" }
+
+// Tree is a captured directory, parents before children.
+type Tree struct {
+	Entries    []Entry   `json:"entries"`
+	CapturedAt time.Time `json:"captured_at"`
+}
+
+// Size is the total length of the tree's regular files.
+func (t Tree) Size() int64 {
+	var n int64
+	for _, e := range t.Entries {
+		n += e.Size
+	}
+	return n
+}
+
+// Chunks lists every chunk hash the tree refers to.
+func (t Tree) Chunks() []string {
+	var out []string
+	for _, e := range t.Entries {
+		for _, c := range e.Chunks {
+			out = append(out, c.Hash)
+		}
+	}
+	return out
+}
+
+// Index maps paths to entries.
+func (t Tree) Index() map[string]Entry {
+	m := make(map[string]Entry, len(t.Entries))
+	for _, e := range t.Entries {
+		m[e.Path] = e
+	}
+	return m
+}
+
+// racyWindow is how close to a capture a change can be and still carry the same ctime as the
+// capture saw (file system timestamps come from a coarse clock).
+const racyWindow = 50 * time.Millisecond
+
+// Capture records dir into tx. A regular file whose host identity, size and times equal its
+// entry in prev (a capture of the same directory at prevAt) keeps that entry's chunks unread.
+func Capture(tx *cas.Txn, dir string, prev map[string]Entry, prevAt time.Time) (Tree, error) {
+	t := Tree{CapturedAt: time.Now()}
+	trustBefore := prevAt.Add(-racyWindow).UnixNano()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if p == dir {
+			return nil
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		e, err := statEntry(p, filepath.ToSlash(rel))
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed while we walked; a frozen pass settles it
+			}
+			return err
+		}
+		if e.Type == "" {
+			return nil // sockets
+		}
+		if e.Type == "f" {
+			if old, ok := prev[e.Path]; ok && old.Type == "f" && old.Ino == e.Ino && old.Size == e.Size &&
+				old.MTime == e.MTime && old.CTime == e.CTime && e.CTime < trustBefore {
+				if err := tx.Reuse(old.Chunks); err == nil {
+					e.Chunks = old.Chunks
+					t.Entries = append(t.Entries, e)
+					return nil
+				}
+			}
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			cs, err := tx.Put(f)
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("store %s: %w", rel, err)
+			}
+			e.Chunks = cs
+			var n int64
+			for _, c := range cs {
+				n += c.Size
+			}
+			e.Size = n // what was read, even if the file changed since the stat
+		}
+		t.Entries = append(t.Entries, e)
+		return nil
+	})
+	if err != nil {
+		return Tree{}, err
+	}
+	return t, nil
+}
+
+// statEntry describes the file at host path p (without content).
+func statEntry(p, rel string) (Entry, error) {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err != nil {
+		return Entry{}, &os.PathError{Op: "lstat", Path: p, Err: err}
+	}
+	e := Entry{
+		Path: rel, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid),
+		MTime: st.Mtim.Nano(), CTime: st.Ctim.Nano(), Ino: st.Ino, src: p,
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		e.Type, e.Size = "f", st.Size
+	case unix.S_IFDIR:
+		e.Type = "d"
+	case unix.S_IFLNK:
+		e.Type = "l"
+		target, err := os.Readlink(p)
+		if err != nil {
+			return Entry{}, err
+		}
+		e.Target = target
+	case unix.S_IFCHR:
+		e.Type, e.Rdev = "c", st.Rdev
+	case unix.S_IFBLK:
+		e.Type, e.Rdev = "b", st.Rdev
+	case unix.S_IFIFO:
+		e.Type = "p"
+	default:
+		return Entry{}, nil
+	}
+	x, err := xattrs(p)
+	if err != nil {
+		return Entry{}, err
+	}
+	e.Xattrs = x
+	return e, nil
+}
+
+func xattrs(p string) (map[string][]byte, error) {
+	buf := make([]byte, 4096)
+	n, err := unix.Llistxattr(p, buf)
+	if errors.Is(err, unix.ERANGE) {
+		size, err2 := unix.Llistxattr(p, nil)
+		if err2 != nil {
+			return nil, err2
+		}
+		buf = make([]byte, size)
+		n, err = unix.Llistxattr(p, buf)
+	}
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "listxattr", Path: p, Err: err}
+	}
+	var out map[string][]byte
+	for name := range strings.SplitSeq(string(buf[:n]), "\x00") {
+		if name == "" {
+			continue
+		}
+		size, err := unix.Lgetxattr(p, name, nil)
+		if err != nil {
+			if errors.Is(err, unix.ENODATA) {
+				continue
+			}
+			return nil, &os.PathError{Op: "getxattr", Path: p, Err: err}
+		}
+		val := make([]byte, size)
+		size, err = unix.Lgetxattr(p, name, val)
+		if err != nil {
+			return nil, &os.PathError{Op: "getxattr", Path: p, Err: err}
+		}
+		if out == nil {
+			out = map[string][]byte{}
+		}
+		out[name] = val[:size]
+	}
+	return out, nil
+}
+
+// Materialize writes t into the existing empty directory dir, reading file contents from s.
+// Every chunk is hash-checked; a damaged tree fails instead of producing wrong files.
+func Materialize(s *cas.Store, t Tree, dir string) error {
+	for _, e := range t.Entries {
+		if err := checkPath(e.Path); err != nil {
+			return err
+		}
+		if err := create(s, e, filepath.Join(dir, filepath.FromSlash(e.Path))); err != nil {
+			return err
+		}
+	}
+	// Directories last and deepest first: creating their children changed their times.
+	for i := len(t.Entries) - 1; i >= 0; i-- {
+		e := t.Entries[i]
+		if e.Type == "d" {
+			if err := setMeta(e, filepath.Join(dir, filepath.FromSlash(e.Path))); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// checkPath refuses paths that would leave the tree.
+func checkPath(p string) error {
+	if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+		return fmt.Errorf("fstree: bad path %q in tree", p)
+	}
+	return nil
+}
+
+func create(s *cas.Store, e Entry, dst string) error {
+	switch e.Type {
+	case "d":
+		if err := os.Mkdir(dst, 0o700); err != nil {
+			return err
+		}
+		return nil // meta later
+	case "f":
+		f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = s.WriteTo(f, e.Chunks)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("write %s: %w", e.Path, err)
+		}
+	case "l":
+		if err := os.Symlink(e.Target, dst); err != nil {
+			return err
+		}
+	case "c", "b", "p":
+		mode := map[string]uint32{"c": unix.S_IFCHR, "b": unix.S_IFBLK, "p": unix.S_IFIFO}[e.Type]
+		if err := unix.Mknod(dst, mode|e.Mode, int(e.Rdev)); err != nil {
+			return &os.PathError{Op: "mknod", Path: dst, Err: err}
+		}
+	default:
+		return fmt.Errorf("fstree: unknown entry type %q at %s", e.Type, e.Path)
+	}
+	return setMeta(e, dst)
+}
+
+// setMeta applies xattrs, owner, mode and times in an order where each keeps the last.
+func setMeta(e Entry, dst string) error {
+	for name, val := range e.Xattrs {
+		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
+			return &os.PathError{Op: "setxattr " + name, Path: dst, Err: err}
+		}
+	}
+	if err := unix.Lchown(dst, e.UID, e.GID); err != nil {
+		return &os.PathError{Op: "lchown", Path: dst, Err: err}
+	}
+	if e.Type != "l" {
+		if err := unix.Chmod(dst, e.Mode); err != nil {
+			return &os.PathError{Op: "chmod", Path: dst, Err: err}
+		}
+	}
+	ts := []unix.Timespec{unix.NsecToTimespec(e.MTime), unix.NsecToTimespec(e.MTime)}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &os.PathError{Op: "utimes", Path: dst, Err: err}
+	}
+	return nil
+}
+
+// Open returns e's content: from the chunk store for captured entries, from the host for
+// entries of a directory layer.
+func Open(s *cas.Store, e Entry) (io.ReadCloser, error) {
+	if e.src != "" {
+		return os.Open(e.src)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		_, err := s.WriteTo(pw, e.Chunks)
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+// Change is one difference between two trees.
+type Change struct {
+	Path string `json:"path"`
+	Op   string `json:"op"` // added, modified, deleted
+	Size int64  `json:"size"`
+}
+
+// Diff lists the changes from a to b, two writable layers over the same lower layers; inLower
+// reports whether a path exists below them (so that a layer losing its copy of a file means
+// the lower version is back rather than the file being gone). Paths are absolute.
+func Diff(a, b Tree, inLower func(p string) bool) []Change {
+	ia, ib := a.Index(), b.Index()
+	var out []Change
+	add := func(p, op string, size int64) { out = append(out, Change{Path: "/" + p, Op: op, Size: size}) }
+	for _, eb := range b.Entries {
+		ea, ok := ia[eb.Path]
+		switch {
+		case !ok && eb.Whiteout():
+			if inLower(eb.Path) {
+				add(eb.Path, "deleted", 0)
+			}
+		case !ok && inLower(eb.Path):
+			if eb.Type != "d" {
+				add(eb.Path, "modified", eb.Size)
+			}
+		case !ok:
+			add(eb.Path, "added", eb.Size)
+		case eb.Whiteout() && !ea.Whiteout():
+			add(eb.Path, "deleted", ea.Size)
+		case !eb.Whiteout() && ea.Whiteout():
+			add(eb.Path, "added", eb.Size)
+		case eb.Type != ea.Type:
+			add(eb.Path, "modified", eb.Size)
+		case eb.Type != "d" && !sameContent(ea, eb):
+			add(eb.Path, "modified", eb.Size)
+		}
+	}
+	for _, ea := range a.Entries {
+		if _, ok := ib[ea.Path]; ok {
+			continue
+		}
+		if ea.Whiteout() {
+			if inLower(ea.Path) {
+				add(ea.Path, "added", 0) // the lower version is visible again
+			}
+			continue
+		}
+		if inLower(ea.Path) {
+			if ea.Type != "d" {
+				add(ea.Path, "modified", ea.Size) // back to the lower version
+			}
+		} else {
+			add(ea.Path, "deleted", ea.Size)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+func sameContent(a, b Entry) bool {
+	if a.Mode != b.Mode || a.UID != b.UID || a.GID != b.GID || a.Target != b.Target || a.Size != b.Size || len(a.Chunks) != len(b.Chunks) {
+		return false
+	}
+	for i := range a.Chunks {
+		if a.Chunks[i] != b.Chunks[i] {
+			return false
+		}
+	}
+	return true
+}
