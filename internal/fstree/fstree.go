@@ -46,7 +46,9 @@ type Entry struct {
 func (e Entry) Whiteout() bool { return e.Type == "c" && e.Rdev == 0 }
 
 // Opaque reports whether e is a directory that hides the layers below it.
-func (e Entry) Opaque() bool { return e.Type == "d" && string(e.Xattrs["trusted.overlay.opaque"]) == "y" }
+func (e Entry) Opaque() bool {
+	return e.Type == "d" && string(e.Xattrs["trusted.overlay.opaque"]) == "y"
+}
 
 // Tree is a captured directory, parents before children.
 type Tree struct {

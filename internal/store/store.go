@@ -1,4 +1,4 @@
-// Package store keeps SPACE's control-plane state (API keys, sandboxes, events) behind the Store
+// Package store keeps SPACE's control-plane state (API keys, sandboxes, snapshots) behind the Store
 // interface. The embedded SQLite implementation is in store/sqlite; a Postgres one can follow for
 // several nodes. Every implementation must pass store/storetest. Only the sandbox lifecycle and
 // the API's authentication read or write the store.
@@ -42,6 +42,26 @@ type Sandbox struct {
 	Error string
 }
 
+// Snapshot is the stored record of one snapshot. Its content (a manifest and chunks) lives in
+// the chunk store under the same ID; the record is written after the content is durable.
+type Snapshot struct {
+	ID          string
+	Tenant      string
+	SandboxID   string
+	Kind        string // filesystem or full
+	Label       string
+	ParentID    string // the sandbox's previous snapshot, if any
+	CreatedAt   time.Time
+	SizeBytes   int64 // the state it represents
+	StoredBytes int64 // bytes it added to the chunk store
+}
+
+// SnapshotFilter selects snapshots in ListSnapshots. Empty fields match everything.
+type SnapshotFilter struct {
+	Tenant    string
+	SandboxID string
+}
+
 // SandboxFilter selects sandboxes in List. Empty fields match everything.
 type SandboxFilter struct {
 	Tenant   string
@@ -66,6 +86,12 @@ type Store interface {
 	// ListSandboxes returns matching sandboxes ordered by creation time.
 	ListSandboxes(ctx context.Context, f SandboxFilter) ([]Sandbox, error)
 	DeleteSandbox(ctx context.Context, id string) error
+
+	CreateSnapshot(ctx context.Context, s Snapshot) error
+	GetSnapshot(ctx context.Context, id string) (Snapshot, error)
+	// ListSnapshots returns matching snapshots ordered by creation time.
+	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
 
 	Close() error
 }

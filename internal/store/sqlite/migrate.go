@@ -48,6 +48,22 @@ CREATE TABLE sandboxes (
 CREATE INDEX sandboxes_tenant_created ON sandboxes (tenant, created_at);
 CREATE INDEX sandboxes_state ON sandboxes (state);
 `},
+	{name: "snapshots", sql: `
+CREATE TABLE snapshots (
+	id           TEXT PRIMARY KEY,
+	tenant       TEXT NOT NULL,
+	sandbox_id   TEXT NOT NULL,
+	kind         TEXT NOT NULL CHECK (kind IN ('filesystem', 'full')),
+	label        TEXT NOT NULL,
+	parent_id    TEXT NOT NULL,
+	created_at   TEXT NOT NULL,
+	size_bytes   INTEGER NOT NULL,
+	stored_bytes INTEGER NOT NULL
+) STRICT;
+
+CREATE INDEX snapshots_sandbox_created ON snapshots (sandbox_id, created_at);
+CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
+`},
 }
 
 // migrate brings the schema up to date in one transaction, so that a crash leaves either the old

@@ -34,6 +34,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListFilters", testListFilters},
 		{"ListOrder", testListOrder},
 		{"ConcurrentWriters", testConcurrentWriters},
+		{"Snapshots", testSnapshots},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -444,5 +445,47 @@ func testConcurrentWriters(t *testing.T, s store.Store) {
 	}
 	if len(keys) != workers*each {
 		t.Errorf("%d keys after concurrent writes, want %d", len(keys), workers*each)
+	}
+}
+
+func testSnapshots(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	base := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	snaps := []store.Snapshot{
+		{ID: "snp_1", Tenant: "t1", SandboxID: "sbx_a", Kind: "filesystem", Label: "first", CreatedAt: base, SizeBytes: 10, StoredBytes: 10},
+		{ID: "snp_2", Tenant: "t1", SandboxID: "sbx_a", Kind: "full", ParentID: "snp_1", CreatedAt: base.Add(time.Second), SizeBytes: 1 << 40, StoredBytes: 3},
+		{ID: "snp_3", Tenant: "t2", SandboxID: "sbx_b", Kind: "full", CreatedAt: base.Add(2 * time.Second)},
+	}
+	for _, sn := range snaps {
+		if err := s.CreateSnapshot(ctx, sn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.CreateSnapshot(ctx, snaps[0]); !errors.Is(err, errdefs.ErrAlreadyExists) {
+		t.Fatalf("duplicate snapshot: %v", err)
+	}
+	got, err := s.GetSnapshot(ctx, "snp_2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(snaps[1], got); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	list, err := s.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: "sbx_a"})
+	if err != nil || len(list) != 2 || list[0].ID != "snp_1" || list[1].ID != "snp_2" {
+		t.Fatalf("list by sandbox: %+v, %v", list, err)
+	}
+	list, err = s.ListSnapshots(ctx, store.SnapshotFilter{Tenant: "t2"})
+	if err != nil || len(list) != 1 || list[0].ID != "snp_3" {
+		t.Fatalf("list by tenant: %+v, %v", list, err)
+	}
+	if err := s.DeleteSnapshot(ctx, "snp_1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSnapshot(ctx, "snp_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("deleted snapshot: %v", err)
+	}
+	if err := s.DeleteSnapshot(ctx, "snp_1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
 	}
 }
