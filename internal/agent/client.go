@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"syscall"
 	"time"
@@ -111,6 +112,28 @@ func (c *Client) Rotate(ctx context.Context, newToken string) error {
 	if resp.StatusCode != http.StatusNoContent {
 		return httpError(resp)
 	}
+	return nil
+}
+
+// RestoreTree replaces each of paths in the sandbox with what the tar stream body holds for it
+// (names relative to /); paths body lacks are just removed.
+func (c *Client) RestoreTree(ctx context.Context, paths []string, body io.Reader) error {
+	q := url.Values{"path": paths}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/restore?"+q.Encode(), body)
+	if err != nil {
+		return fmt.Errorf("agent restore: %w", err)
+	}
+	req.Header.Set("Content-Type", "application/x-tar")
+	c.setHeaders(req.Header, "")
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return transportError("agent restore", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return httpError(resp)
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
 	return nil
 }
 

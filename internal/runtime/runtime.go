@@ -38,6 +38,7 @@ type Spec struct {
 	ID         string            // sandbox ID; unique on the host for this spaced instance
 	RootFS     string            // template root filesystem directory; read-only, shared; never written
 	Layers     []string          // further read-only template layers over RootFS, bottom to top (overlayfs semantics: whiteouts delete)
+	Seed       string            // optional directory copied in as the initial writable layer (a restored file snapshot)
 	AgentPath  string            // host path of the space-agent binary to run as the sandbox's init
 	AgentToken string            // access token the agent demands on every call
 	Env        map[string]string // environment of the agent (and so default env of commands)
@@ -97,6 +98,15 @@ type Checkpointer interface {
 // caller then Deletes it as usual.
 type LayerExporter interface {
 	ExportLayer(ctx context.Context, id, dest string) error
+}
+
+// LayerCapturer is the optional ability to look at a running sandbox's writable layer on the
+// host: WritableLayer names the directory (which changes while the sandbox runs), and Freeze
+// stops the sandbox's processes, calls fn with that directory and lets them go on, so that fn
+// sees the files of one instant. Drivers whose file system is not on the host do not have it.
+type LayerCapturer interface {
+	WritableLayer(id string) (string, error)
+	Freeze(ctx context.Context, id string, fn func(dir string) error) error
 }
 
 // Factory builds a driver whose per-sandbox state lives under stateDir.

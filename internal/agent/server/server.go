@@ -144,6 +144,7 @@ func New(cfg Config) (*Server, error) {
 	})
 	mux.Handle("/files", requireToken(token, &filesHandler{s: s}))
 	mux.Handle("POST /init", initHandler(token))
+	mux.Handle("POST /restore", requireToken(token, &restoreHandler{s: s}))
 	s.handler = mux
 	return s, nil
 }
