@@ -19,6 +19,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -129,6 +130,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	chunks, err := cas.Open(filepath.Join(cfg.Home, "store"), log.With("component", "cas"))
+	if err != nil {
+		return fmt.Errorf("snapshot store: %w", err)
+	}
+	defer chunks.Close()
+
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool, DefaultTemplate: "base",
 		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
@@ -137,6 +144,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
+		Chunks: chunks,
 	})
 	if err != nil {
 		return err

@@ -66,6 +66,13 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/pause", s.handlePause)
 	a("POST /v1/sandboxes/{id}/resume", s.handleResume)
 	a("POST /v1/sandboxes/{id}/fork", s.handleFork)
+	a("POST /v1/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
+	a("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
+	a("POST /v1/sandboxes/{id}/restore", s.handleRestore)
+	a("GET /v1/sandboxes/{id}/lineage", s.handleLineage)
+	a("GET /v1/snapshots/{sid}", s.handleGetSnapshot)
+	a("DELETE /v1/snapshots/{sid}", s.handleDeleteSnapshot)
+	a("GET /v1/snapshots/{sid}/diff", s.handleDiff)
 
 	a("POST /v1/sandboxes/{id}/exec", s.handleExec)
 	a("GET /v1/sandboxes/{id}/processes", s.handleProcesses)

@@ -85,15 +85,27 @@ func (t Tree) Index() map[string]Entry {
 	return m
 }
 
-// racyWindow is how close to a capture a change can be and still carry the same ctime as the
-// capture saw (file system timestamps come from a coarse clock).
-const racyWindow = 50 * time.Millisecond
+// RacyWindow is how close to a capture a change can be and still carry the same ctime as the
+// capture saw (file system timestamps come from a coarse clock, a jiffy of up to 10 ms).
+const RacyWindow = 20 * time.Millisecond
+
+// Racy reports whether some regular file of t changed so close to the start of its capture
+// that a later capture cannot trust its times (see Capture).
+func (t Tree) Racy() bool {
+	limit := t.CapturedAt.Add(-RacyWindow).UnixNano()
+	for _, e := range t.Entries {
+		if e.Type == "f" && e.CTime >= limit {
+			return true
+		}
+	}
+	return false
+}
 
 // Capture records dir into tx. A regular file whose host identity, size and times equal its
 // entry in prev (a capture of the same directory at prevAt) keeps that entry's chunks unread.
 func Capture(tx *cas.Txn, dir string, prev map[string]Entry, prevAt time.Time) (Tree, error) {
 	t := Tree{CapturedAt: time.Now()}
-	trustBefore := prevAt.Add(-racyWindow).UnixNano()
+	trustBefore := prevAt.Add(-RacyWindow).UnixNano()
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -19,6 +19,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/image"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 )
 
@@ -140,6 +141,21 @@ func (m *Manager) layersInUse() []string {
 		v := b.view.Load()
 		out = append(out, v.Spec.RootFS)
 		out = append(out, v.Spec.Layers...)
+	}
+	// Snapshots are restored onto the layers they were taken on.
+	if m.cfg.Chunks != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		snaps, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{})
+		if err != nil {
+			m.log.Error("list snapshots for layers in use", "err", err)
+		}
+		for _, s := range snaps {
+			if mf, err := m.readManifest(s.ID); err == nil {
+				out = append(out, mf.Spec.RootFS)
+				out = append(out, mf.Spec.Layers...)
+			}
+		}
 	}
 	return out
 }

@@ -22,6 +22,9 @@ const (
 // Create makes a sandbox for tenant and returns once its agent answers. On any failure it removes
 // everything it made (runtime, slot, record) and returns the error.
 func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) (Info, error) {
+	if req.FromSnapshot != "" {
+		return m.createFromSnapshot(ctx, tenant, req)
+	}
 	rec, spec, err := m.prepare(ctx, tenant, req)
 	if err != nil {
 		return Info{}, err
@@ -76,9 +79,6 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 
 // prepare validates req and builds the record to store.
 func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest) (store.Sandbox, Spec, error) {
-	if req.FromSnapshot != "" {
-		return store.Sandbox{}, Spec{}, errdefs.NotFound(fmt.Sprintf("snapshot %q not found", req.FromSnapshot))
-	}
 	if req.Template == "" {
 		req.Template = m.cfg.DefaultTemplate
 	}

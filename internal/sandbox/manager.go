@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -67,6 +68,7 @@ type Config struct {
 	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
 	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
 	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.
@@ -211,7 +213,10 @@ type RuntimeInfo struct {
 	Reason    string
 }
 
-var idRE = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
+var (
+	idRE         = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
+	snapshotIDRE = regexp.MustCompile(`^snp_[0-9a-z]{20}$`)
+)
 
 // ValidID reports whether id has the form of a sandbox ID.
 func ValidID(id string) bool { return idRE.MatchString(id) }

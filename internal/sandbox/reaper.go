@@ -79,7 +79,9 @@ func (m *Manager) checkHealth(ctx context.Context) {
 		st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, b.rec.ID)
 		if err == nil && st != runtime.StateRunning {
 			m.log.Warn("sandbox runtime died", "id", b.rec.ID, "state", st)
-			m.crashed(ctx, b, "runtime is "+string(st))
+			if !m.recoverFromSnapshot(ctx, b, "runtime is "+string(st)) {
+				m.crashed(ctx, b, "runtime is "+string(st))
+			}
 		}
 		b.mu.Unlock()
 	}
@@ -120,6 +122,9 @@ func (m *Manager) probe(tenant, id string) error {
 	}
 	reason := "runtime is " + string(st)
 	m.log.Warn("sandbox runtime died", "id", id, "state", st)
+	if m.recoverFromSnapshot(ctx, b, reason) {
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped (%s) and was brought back from its latest full snapshot", id, reason))
+	}
 	m.crashed(ctx, b, reason)
 	return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped: %s", id, reason))
 }

@@ -18,6 +18,9 @@ func (m *Manager) Recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover: list sandboxes: %w", err)
 	}
+	if err := m.reconcileSnapshots(ctx); err != nil {
+		return fmt.Errorf("recover: snapshots: %w", err)
+	}
 	known := map[string]bool{}
 	slots := map[int]bool{}
 	for _, rec := range recs {
@@ -119,6 +122,9 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 			m.unresume(ctx, b)
 			return
 		}
+	}
+	if m.recoverFromSnapshot(ctx, b, "runtime not running after restart") {
+		return
 	}
 	if b.rec.State != string(StateRunning) {
 		b.rec.State = string(StateRunning) // so the guard allows running → error

@@ -24,12 +24,12 @@ const (
 // transitions is the lifecycle's one transition table: from → allowed next states.
 var transitions = map[State][]State{
 	StateCreating: {StateRunning, StateError, StateDeleting},
-	StateRunning:  {StatePausing, StateDeleting, StateError},
+	StateRunning:  {StatePausing, StateResuming, StateDeleting, StateError}, // resuming: a restore
 	StatePausing:  {StatePaused, StateRunning, StateError},
 	StatePaused:   {StateResuming, StateDeleting},
 	StateResuming: {StateRunning, StateError, StatePaused},
 	StateDeleting: {StateDeleted, StateError},
-	StateError:    {StateDeleting},
+	StateError:    {StateDeleting, StateResuming}, // resuming: a restore or a recovery
 	StateDeleted:  nil,
 }
 

@@ -1,0 +1,356 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/fstree"
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// maxRestorePaths bounds one restore by paths.
+const maxRestorePaths = 64
+
+// Restore returns a sandbox to one of its tenant's snapshots. With paths, only those files or
+// trees are put back, through the running sandbox's agent, and its processes keep running.
+// Without, the whole sandbox is replaced: its files by the snapshot's, and for a full snapshot
+// its processes and memory too (a filesystem snapshot starts fresh processes). The sandbox keeps
+// its ID and token. If a whole restore fails after the old runtime was stopped, the sandbox is
+// left in error and may be restored again.
+func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []string) (Info, error) {
+	if len(paths) > maxRestorePaths {
+		return Info{}, errdefs.InvalidArgument(fmt.Sprintf("paths: at most %d", maxRestorePaths))
+	}
+	rel := make([]string, 0, len(paths))
+	for _, p := range paths {
+		r, err := fstree.CleanAbs(p)
+		if err != nil {
+			return Info{}, errdefs.InvalidArgument(err.Error())
+		}
+		rel = append(rel, r)
+	}
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return Info{}, err
+	}
+	snap, err := m.snapshotOf(ctx, tenant, sid)
+	if err != nil {
+		return Info{}, err
+	}
+	mf, err := m.readManifest(snap.ID)
+	if err != nil {
+		return Info{}, err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	defer cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(rel) > 0 {
+		if State(b.rec.State) == StatePaused {
+			if err := m.resume(ctx, b); err != nil {
+				return Info{}, err
+			}
+		}
+		if State(b.rec.State) != StateRunning {
+			return Info{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s, not running", id, b.rec.State))
+		}
+		if err := m.restorePaths(ctx, b, mf, rel); err != nil {
+			return Info{}, fmt.Errorf("restore %s from %s: %w", id, sid, err)
+		}
+		m.publish(EventRestored, b.rec, sid)
+		m.log.Info("paths restored", "id", id, "snapshot", sid, "paths", paths)
+		return *b.view.Load(), nil
+	}
+	switch State(b.rec.State) {
+	case StateRunning, StatePaused, StateError:
+	default:
+		return Info{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s", id, b.rec.State))
+	}
+	if err := m.checkLayers(mf); err != nil {
+		return Info{}, err
+	}
+	if err := m.setState(ctx, b, StateResuming, ""); err != nil {
+		return Info{}, err
+	}
+	if err := m.bringUp(ctx, b, mf, snap.ID); err != nil {
+		m.stopRuntime(ctx, b)
+		_ = m.setState(ctx, b, StateError, fmt.Sprintf("restore from %s failed: %v", sid, err))
+		return Info{}, fmt.Errorf("restore %s from %s: %w", id, sid, err)
+	}
+	if b.rec.ExpiresAt.IsZero() {
+		b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)
+	}
+	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		return Info{}, err
+	}
+	m.publish(EventRestored, b.rec, sid)
+	m.log.Info("sandbox restored", "id", id, "snapshot", sid, "kind", mf.Kind)
+	return *b.view.Load(), nil
+}
+
+// checkLayers makes sure the template layers a snapshot was taken on still exist.
+func (m *Manager) checkLayers(mf *manifest) error {
+	for _, l := range append([]string{mf.Spec.RootFS}, mf.Spec.Layers...) {
+		if l == "" {
+			continue
+		}
+		if _, err := os.Stat(l); err != nil {
+			return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("the template version this snapshot was taken on (%s) is gone", mf.Template))
+		}
+	}
+	return nil
+}
+
+// restorePaths streams the snapshot's view of paths (its layer over its template) to the agent,
+// which replaces them. The caller holds b.mu; b is running.
+func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []string) error {
+	cs, err := m.chunkStore()
+	if err != nil {
+		return err
+	}
+	if err := m.checkLayers(mf); err != nil {
+		return err
+	}
+	layers := []fstree.Layer{fstree.TreeLayer(mf.Upper)}
+	for _, l := range slices.Backward(mf.Spec.Layers) {
+		layers = append(layers, fstree.DirLayer(l))
+	}
+	if mf.Spec.RootFS != "" {
+		layers = append(layers, fstree.DirLayer(mf.Spec.RootFS))
+	}
+	view := fstree.NewView(layers...)
+	abs := make([]string, len(rel))
+	for i, r := range rel {
+		abs[i] = "/" + r
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel)) }()
+	err = b.client.RestoreTree(ctx, abs, pr)
+	pr.CloseWithError(io.ErrClosedPipe)
+	return err
+}
+
+// stopRuntime removes b's runtime and gives its slot back. The caller holds b.mu.
+func (m *Manager) stopRuntime(ctx context.Context, b *box) {
+	if b.end != nil {
+		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped", b.rec.ID)))
+	}
+	if drv, ok := m.cfg.Drivers[b.rec.Runtime]; ok {
+		if err := drv.Delete(ctx, b.rec.ID); err != nil {
+			m.log.Error("stop runtime", "id", b.rec.ID, "err", err)
+		}
+	}
+	if b.hc != nil {
+		b.hc.CloseIdleConnections()
+	}
+	b.client = nil
+	if b.slot != nil {
+		if err := m.cfg.Slots.Release(ctx, b.slot); err == nil {
+			b.slot, b.rec.SlotIndex = nil, -1
+		}
+	}
+}
+
+// bringUp replaces whatever runs for b by the snapshot mf: the old runtime (and a paused
+// sandbox's checkpoint) goes, a new one starts in a fresh slot on the snapshot's layers, and
+// b's agent answers with b's token. The caller holds b.mu and records the state.
+func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string) error {
+	cs, err := m.chunkStore()
+	if err != nil {
+		return err
+	}
+	drv := m.cfg.Drivers[b.rec.Runtime]
+	if mf.Runtime != b.rec.Runtime {
+		return errdefs.InvalidArgument(fmt.Sprintf("snapshot %s is of runtime %s, the sandbox runs %s", sid, mf.Runtime, b.rec.Runtime))
+	}
+	m.stopRuntime(ctx, b)
+	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+		return err
+	}
+	work := filepath.Join(m.cfg.StateDir, "work", newID("restore_", 12))
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	upper := work
+	if mf.Checkpoint != nil {
+		if err := fstree.Materialize(cs, *mf.Checkpoint, work); err != nil {
+			return fmt.Errorf("snapshot %s: %w", sid, err)
+		}
+		upper = filepath.Join(work, "upper")
+		if err := os.Mkdir(upper, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := fstree.Materialize(cs, mf.Upper, upper); err != nil {
+		return fmt.Errorf("snapshot %s: %w", sid, err)
+	}
+	b.spec.RootFS, b.spec.Layers = mf.Spec.RootFS, mf.Spec.Layers
+	b.spec.WorkingDir, b.spec.User = mf.Spec.WorkingDir, mf.Spec.User
+	b.rec.Spec = encodeSpec(b.spec)
+	slot, err := m.cfg.Slots.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("network slot: %w", err)
+	}
+	b.slot, b.rec.SlotIndex = slot, slot.Index
+	b.refresh()
+	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+		return err
+	}
+	tpl := Template{RootFS: mf.Spec.RootFS, Layers: mf.Spec.Layers}
+	spec := m.runtimeSpec(b, tpl)
+	token := b.rec.AccessToken
+	if mf.Checkpoint != nil {
+		cp, err := m.checkpointer(b)
+		if err != nil {
+			return err
+		}
+		if err := cp.Restore(ctx, spec, work); err != nil {
+			return err
+		}
+		token = mf.AgentToken
+	} else {
+		spec.Seed = upper
+		if err := drv.Create(ctx, spec); err != nil {
+			return err
+		}
+	}
+	rctx, rcancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
+	defer rcancel()
+	old := agent.NewClient(m.cfg.AgentURL(slot), token, m.newHTTPClient())
+	if err := old.WaitReady(rctx); err != nil {
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox did not answer: %v", err))
+	}
+	if token != b.rec.AccessToken {
+		// Memory of another sandbox (or of an earlier token): the agent gets this one's.
+		if err := old.Rotate(rctx, b.rec.AccessToken); err != nil {
+			return fmt.Errorf("give the agent its token: %w", err)
+		}
+	}
+	m.setClient(b)
+	return nil
+}
+
+// createFromSnapshot makes a new sandbox from one of tenant's snapshots: a running copy of a full
+// snapshot's processes and files, or a sandbox started fresh on a filesystem snapshot's files.
+// Fields the request sets (timeout, env, metadata, resources, network) apply over the snapshot's.
+func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req CreateRequest) (Info, error) {
+	snap, err := m.snapshotOf(ctx, tenant, req.FromSnapshot)
+	if err != nil {
+		return Info{}, err
+	}
+	mf, err := m.readManifest(snap.ID)
+	if err != nil {
+		return Info{}, err
+	}
+	if (req.Template != "" && req.Template != mf.Template) || (req.Runtime != "" && req.Runtime != mf.Runtime) {
+		return Info{}, errdefs.InvalidArgument(fmt.Sprintf("from_snapshot: the snapshot is of template %s on %s; leave template and runtime out", mf.Template, mf.Runtime))
+	}
+	if err := m.checkLayers(mf); err != nil {
+		return Info{}, err
+	}
+	req.Template, req.Runtime, req.FromSnapshot = mf.Template, mf.Runtime, ""
+	env := map[string]string{}
+	for k, v := range mf.Env {
+		env[k] = v
+	}
+	for k, v := range req.Env {
+		env[k] = v
+	}
+	req.Env = env
+	if req.Resources == (Resources{}) {
+		req.Resources = mf.Spec.Resources
+	}
+	if req.Network == nil {
+		n := mf.Spec.Network
+		req.Network = &n
+	}
+	rec, spec, err := m.prepare(ctx, tenant, req)
+	if err != nil {
+		return Info{}, err
+	}
+	defer m.unreserve(tenant)
+	spec.Parent = &Parent{SandboxID: mf.SandboxID, SnapshotID: snap.ID}
+	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.Spec.RootFS, mf.Spec.Layers, mf.Spec.WorkingDir, mf.Spec.User
+	rec.Spec = encodeSpec(spec)
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		return Info{}, fmt.Errorf("record sandbox: %w", err)
+	}
+	b := newBox(rec, spec)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m.register(b)
+	pctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
+	defer cancel()
+	err = m.bringUp(pctx, b, mf, snap.ID)
+	if err == nil {
+		b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(b.rec.TimeoutSeconds) * time.Second)
+		err = m.setState(pctx, b, StateRunning, "")
+	}
+	if err != nil {
+		m.abandon(pctx, b)
+		return Info{}, fmt.Errorf("create from %s: %w", snap.ID, err)
+	}
+	m.publish(EventCreated, b.rec, "from "+snap.ID)
+	m.log.Info("sandbox created from snapshot", "id", rec.ID, "snapshot", snap.ID, "kind", mf.Kind)
+	return *b.view.Load(), nil
+}
+
+// recoverFromSnapshot brings back a sandbox whose runtime died from its latest full snapshot.
+// It reports whether it did. The caller holds b.mu; b is running (or was mid-operation).
+func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) bool {
+	if m.cfg.Chunks == nil {
+		return false
+	}
+	list, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: b.rec.ID})
+	if err != nil {
+		return false
+	}
+	var last *store.Snapshot
+	for i := range list {
+		if list[i].Kind == KindFull {
+			last = &list[i]
+		}
+	}
+	if last == nil {
+		return false
+	}
+	mf, err := m.readManifest(last.ID)
+	if err == nil {
+		err = m.checkLayers(mf)
+	}
+	if err != nil {
+		m.log.Error("cannot recover from snapshot", "id", b.rec.ID, "snapshot", last.ID, "err", err)
+		return false
+	}
+	if State(b.rec.State) != StateRunning && State(b.rec.State) != StateError {
+		b.rec.State = string(StateRunning) // pausing or resuming whose runtime is gone
+	}
+	if err := m.setState(ctx, b, StateResuming, ""); err != nil {
+		return false
+	}
+	if err := m.bringUp(ctx, b, mf, last.ID); err != nil {
+		m.log.Error("recovery from snapshot failed", "id", b.rec.ID, "snapshot", last.ID, "err", err)
+		m.stopRuntime(ctx, b)
+		b.rec.State = string(StateRunning) // so that the caller can record the crash
+		b.refresh()
+		return false
+	}
+	if b.rec.ExpiresAt.IsZero() {
+		b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)
+	}
+	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
+		return false
+	}
+	reason := fmt.Sprintf("%s; restored from snapshot %s of %s", why, last.ID, last.CreatedAt.Format(time.RFC3339))
+	m.publish(EventRecovered, b.rec, reason)
+	m.log.Warn("sandbox recovered from its latest full snapshot", "id", b.rec.ID, "snapshot", last.ID, "why", why)
+	return true
+}
