@@ -55,6 +55,13 @@ func startSpaced(t *testing.T, env ...string) *spacedtest.Daemon {
 					}
 				}
 			}
+			if list, err := d.Client.ListSnapshots(ctx, ""); err == nil {
+				for _, s := range list {
+					if err := d.Client.DeleteSnapshot(ctx, s.ID); err != nil {
+						t.Errorf("cleanup: delete %s: %v", s.ID, err)
+					}
+				}
+			}
 		}
 		if err := d.Stop(); err != nil {
 			t.Errorf("stop spaced: %v", err)

@@ -70,6 +70,7 @@ func (s *Server) routes() {
 	a("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	a("POST /v1/sandboxes/{id}/restore", s.handleRestore)
 	a("GET /v1/sandboxes/{id}/lineage", s.handleLineage)
+	a("GET /v1/snapshots", s.handleAllSnapshots)
 	a("GET /v1/snapshots/{sid}", s.handleGetSnapshot)
 	a("DELETE /v1/snapshots/{sid}", s.handleDeleteSnapshot)
 	a("GET /v1/snapshots/{sid}/diff", s.handleDiff)

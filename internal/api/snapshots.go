@@ -34,6 +34,15 @@ func (s *Server) handleListSnapshots(w http.ResponseWriter, r *http.Request, p a
 	writeJSON(w, http.StatusOK, map[string]any{"snapshots": list})
 }
 
+func (s *Server) handleAllSnapshots(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	list, err := s.sb.AllSnapshots(r.Context(), p.Tenant)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"snapshots": list})
+}
+
 func (s *Server) handleGetSnapshot(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	snap, err := s.sb.GetSnapshot(r.Context(), p.Tenant, r.PathValue("sid"))
 	if err != nil {

@@ -352,6 +352,19 @@ func (m *Manager) Snapshots(ctx context.Context, tenant, id string) ([]SnapshotI
 	return out, nil
 }
 
+// AllSnapshots lists every snapshot of tenant, oldest first, including those of deleted sandboxes.
+func (m *Manager) AllSnapshots(ctx context.Context, tenant string) ([]SnapshotInfo, error) {
+	list, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{Tenant: tenant})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]SnapshotInfo, 0, len(list))
+	for _, s := range list {
+		out = append(out, snapshotInfo(s))
+	}
+	return out, nil
+}
+
 // DeleteSnapshot removes a snapshot; chunks no other snapshot needs go with it. Snapshots made
 // after it keep everything they need.
 func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error {

@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -247,6 +248,20 @@ func Leaks(instance, home string) []string {
 	}
 	if entries, err := os.ReadDir(filepath.Join(home, "runtime", "gvisor", "sandboxes")); err == nil && len(entries) > 0 {
 		out = append(out, fmt.Sprintf("%d sandbox directories under %s", len(entries), filepath.Join(home, "runtime", "gvisor", "sandboxes")))
+	}
+	// Checkpoints, scratch directories of snapshots and restores, and chunk store content
+	// (snapshots are deleted by the test's cleanup; the chunks must go with them).
+	for _, dir := range []string{"checkpoints", "forks", "work", "store/roots", "store/chunks", "store/tmp"} {
+		n := 0
+		filepath.WalkDir(filepath.Join(home, dir), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && !d.IsDir() {
+				n++
+			}
+			return nil
+		})
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%d files under %s", n, filepath.Join(home, dir)))
+		}
 	}
 	return out
 }
