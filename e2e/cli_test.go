@@ -87,6 +87,32 @@ func TestCLI(t *testing.T) {
 	if _, errOut, code := space("", append([]string{"rm"}, forks...)...); code != 0 {
 		t.Fatalf("rm copies: %q", errOut)
 	}
+	out, errOut, code = space("", "snapshot", id, "--label", "first")
+	snap1 := strings.TrimSpace(out)
+	if code != 0 || !strings.HasPrefix(snap1, "snp_") || !strings.Contains(errOut, "newly stored") {
+		t.Fatalf("snapshot: %q %q", out, errOut)
+	}
+	space("", "exec", id, "--", "sh", "-c", "echo changed > /root/in.txt")
+	out, _, _ = space("", "snapshot", id, "--full")
+	snap2 := strings.TrimSpace(out)
+	if out, _, _ := space("", "diff", snap2, snap1); out != "M /root/in.txt (8 bytes)\n" {
+		t.Fatalf("diff: %q", out)
+	}
+	if out, _, _ := space("", "snapshots", id); !strings.Contains(out, snap1) || !strings.Contains(out, "first") || !strings.Contains(out, snap2) || !strings.Contains(out, "full") {
+		t.Fatalf("snapshots: %q", out)
+	}
+	if _, errOut, code := space("", "restore", id, snap1, "/root/in.txt"); code != 0 {
+		t.Fatalf("restore: %q", errOut)
+	}
+	if out, _, _ := space("", "exec", id, "--", "cat", "/root/in.txt"); out != "from host\n" {
+		t.Fatalf("after restore: %q", out)
+	}
+	if out, _, _ := space("", "lineage", id); out != "sandbox "+id+"  (running)\n  snapshot "+snap1+"  (first)\n    snapshot "+snap2+"\n" {
+		t.Fatalf("lineage: %q", out)
+	}
+	if _, errOut, code := space("", "snapshots", "rm", snap1, snap2); code != 0 {
+		t.Fatalf("snapshots rm: %q", errOut)
+	}
 	if _, errOut, code := space("", "rm", id); code != 0 {
 		t.Fatalf("rm: %q", errOut)
 	}

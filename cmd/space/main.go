@@ -94,7 +94,7 @@ type command struct {
 
 func commands() []command {
 	return []command{
-		{"create", "[--template T] [--timeout S] [--env K=V]... [--meta k=v]... [--memory MiB] [--vcpus N]", "create a sandbox and print its ID", (*app).cmdCreate},
+		{"create", "[--template T | --from-snapshot S] [--timeout S] [--env K=V]... [--meta k=v]... [--memory MiB] [--vcpus N]", "create a sandbox and print its ID", (*app).cmdCreate},
 		{"ls", "[--state S] [--meta k=v]...", "list sandboxes", (*app).cmdList},
 		{"info", "[ID]", "show a sandbox, or the server without ID", (*app).cmdInfo},
 		{"exec", "ID [--env K=V]... [--cwd D] [--user U] [--timeout S] [-i] (-c 'shell string' | [--] CMD ARGS...)", "run a command, streaming its output", (*app).cmdExec},
@@ -104,6 +104,11 @@ func commands() []command {
 		{"pause", "ID", "pause a sandbox: memory, processes and files saved to disk", (*app).cmdPause},
 		{"resume", "ID", "resume a paused sandbox where it stopped", (*app).cmdResume},
 		{"fork", "ID [--count N]", "make running copies of a sandbox; prints their IDs", (*app).cmdFork},
+		{"snapshot", "ID [--full] [--label L]", "snapshot a sandbox's files (or, --full, its whole running state); prints the ID", (*app).cmdSnapshot},
+		{"snapshots", "[ID] | rm SNAPSHOT...", "list snapshots (of a sandbox, or all), or delete them", (*app).cmdSnapshots},
+		{"restore", "ID SNAPSHOT [PATH...]", "restore a sandbox, or only PATHs, to a snapshot", (*app).cmdRestore},
+		{"lineage", "ID", "show the tree of sandboxes and snapshots a sandbox belongs to", (*app).cmdLineage},
+		{"diff", "SNAPSHOT AGAINST", "list files added, modified or deleted from AGAINST to SNAPSHOT", (*app).cmdDiff},
 		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
 		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}
@@ -112,7 +117,7 @@ func commands() []command {
 func (a *app) printUsage(w io.Writer) {
 	fmt.Fprintf(w, "usage: space [--url URL] [--key KEY] [--json] COMMAND [ARGS]\n\ncommands:\n")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-7s %s\n          %s\n", c.name, c.short, c.usage)
+		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.short, c.usage)
 	}
 	fmt.Fprintf(w, "\nenvironment: SPACE_URL (default %s), SPACE_API_KEY, SPACE_HOME (default %s; the key is read from $SPACE_HOME/admin.key)\n", defaultURL, defaultHome)
 }

@@ -25,6 +25,7 @@ func (a *app) cmdCreate(args []string) error {
 	fs.Var(meta, "meta", "metadata `k=v` (repeatable)")
 	fs.IntVar(&memory, "memory", 0, "memory in `MiB`")
 	fs.IntVar(&cpus, "vcpus", 0, "virtual CPUs")
+	fs.StringVar(&req.FromSnapshot, "from-snapshot", "", "make the sandbox from `snapshot` (a full one brings its processes)")
 	pos, _, err := parseArgs(fs, args, -1)
 	if err != nil {
 		return err
