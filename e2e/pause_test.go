@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -157,7 +158,8 @@ func TestFork(t *testing.T) {
 	c := d.Client
 	ctx := ctxT(t)
 	parent := create(t, c, client.CreateSandboxRequest{Template: "minimal"}).ID
-	run(t, c, parent, "echo original > /root/f")
+	run(t, c, parent, "echo original > /root/f && head -c 4194304 /dev/urandom > /root/big")
+	sum := run(t, c, parent, "md5sum /root/big").Stdout
 	pid, err := c.ExecBackground(ctx, parent, client.ExecRequest{Command: "sleep 600"})
 	if err != nil {
 		t.Fatal(err)
@@ -182,4 +184,57 @@ func TestFork(t *testing.T) {
 	if _, err := c.ForkSandbox(ctx, parent, 0); err == nil {
 		t.Fatal("fork of 0 copies accepted")
 	}
+
+	// The copies share the parent's files on disk: one shared layer holds the 4 MiB file, and
+	// each copy's own writable layer holds only what it wrote.
+	home := d.Opts.Home
+	if n := treeBytes(t, filepath.Join(home, "layers")); n < 4<<20 || n > 5<<20 {
+		t.Fatalf("shared layers hold %d bytes, want one copy of 4 MiB", n)
+	}
+	for _, cp := range copies {
+		if n := treeBytes(t, filepath.Join(home, "runtime", "gvisor", "sandboxes", cp.ID, "upper")); n > 64<<10 {
+			t.Fatalf("copy %s has %d bytes of its own", cp.ID, n)
+		}
+		if got := run(t, c, cp.ID, "md5sum /root/big").Stdout; got != sum {
+			t.Fatalf("copy %s: big file %q, want %q", cp.ID, got, sum)
+		}
+	}
+
+	// A snapshot of a copy carries the shared layer too: with the copies, the parent and the
+	// layer gone, a sandbox made from it has every file.
+	snap, err := c.CreateSnapshot(ctx, copies[0].ID, client.SnapshotFilesystem, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{parent, copies[0].ID, copies[1].ID} {
+		if err := c.DeleteSandbox(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	layers, _ := filepath.Glob(filepath.Join(home, "layers", "*"))
+	for _, l := range layers {
+		os.RemoveAll(l)
+	}
+	sb, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{FromSnapshot: snap.ID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := run(t, c, sb.ID, "cat /root/f; md5sum /root/big").Stdout; got != "copy-a\n"+sum {
+		t.Fatalf("from a snapshot of a copy whose shared layer was lost: %q", got)
+	}
+}
+
+// treeBytes sums the sizes of the regular files under dir.
+func treeBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
 }

@@ -38,7 +38,6 @@ type Spec struct {
 	ID         string            // sandbox ID; unique on the host for this spaced instance
 	RootFS     string            // template root filesystem directory; read-only, shared; never written
 	Layers     []string          // further read-only template layers over RootFS, bottom to top (overlayfs semantics: whiteouts delete)
-	Seed       string            // optional directory copied in as the initial writable layer (a restored file snapshot)
 	AgentPath  string            // host path of the space-agent binary to run as the sandbox's init
 	AgentToken string            // access token the agent demands on every call
 	Env        map[string]string // environment of the agent (and so default env of commands)

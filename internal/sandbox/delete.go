@@ -49,6 +49,7 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 	m.mu.Unlock()
 	m.publish(evt, b.rec, reason)
 	m.log.Info("sandbox removed", "id", b.rec.ID, "event", evt)
+	m.gcLayers(ctx)
 	return nil
 }
 

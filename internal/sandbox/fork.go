@@ -65,6 +65,14 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 		return nil, fmt.Errorf("fork %s: checkpoint: %w", id, err)
 	}
 
+	// The copies share the parent's files as they were: one read-only layer under each copy's
+	// own empty writable layer.
+	layer, unpin, err := m.shareUpper(dir)
+	if err != nil {
+		return nil, fmt.Errorf("fork %s: %w", id, err)
+	}
+	defer unpin()
+	parentSpec.Layers = withLayer(parentSpec.Layers, layer)
 	tpl := Template{RootFS: parentSpec.RootFS, Layers: parentSpec.Layers}
 	var out []Info
 	var errs []error
@@ -83,6 +91,8 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 				m.log.Error("remove copy of a failed fork", "id", c.ID, "err", err)
 			}
 		}
+		unpin()
+		m.gcLayers(ctx)
 		return nil, fmt.Errorf("fork %s: %d of %d copies failed: %w", id, len(errs), count, errors.Join(errs...))
 	}
 	return out, nil

@@ -126,14 +126,7 @@ func (m *Manager) Diff(ctx context.Context, tenant, a, against string) ([]fstree
 	if mfs[0].Spec.RootFS != mfs[1].Spec.RootFS || fmt.Sprint(mfs[0].Spec.Layers) != fmt.Sprint(mfs[1].Spec.Layers) {
 		return nil, errdefs.InvalidArgument("the two snapshots are of different templates; a file-level diff compares snapshots of one template")
 	}
-	var layers []fstree.Layer
-	for i := len(mfs[1].Spec.Layers) - 1; i >= 0; i-- {
-		layers = append(layers, fstree.DirLayer(mfs[1].Spec.Layers[i]))
-	}
-	if mfs[1].Spec.RootFS != "" {
-		layers = append(layers, fstree.DirLayer(mfs[1].Spec.RootFS))
-	}
-	lower := fstree.NewView(layers...)
+	lower := fstree.NewView(lowerLayers(mfs[1])...)
 	inLower := func(p string) bool {
 		_, ok, err := lower.Lookup(p)
 		return ok && err == nil

@@ -87,7 +87,10 @@ type Manager struct {
 	boxes   map[string]*box
 	pending map[string]int // per tenant: creates admitted by the quota, not yet registered
 	warm    []*box         // ready pool members, not in boxes (see warm.go)
+	pinned  map[string]int // shared layers being set up (see layers.go)
 	closing bool
+
+	layerMu sync.Mutex // serialises making and removing shared layers
 
 	refillc chan struct{}
 	stop    chan struct{}
@@ -164,7 +167,7 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.

@@ -61,6 +61,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			}
 		}
 	}
+	m.gcLayers(ctx)
 	return nil
 }
 

@@ -98,7 +98,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 // checkLayers makes sure the template layers a snapshot was taken on still exist.
 func (m *Manager) checkLayers(mf *manifest) error {
 	for _, l := range append([]string{mf.Spec.RootFS}, mf.Spec.Layers...) {
-		if l == "" {
+		if _, ok := mf.Private[l]; l == "" || ok {
 			continue
 		}
 		if _, err := os.Stat(l); err != nil {
@@ -118,14 +118,7 @@ func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []
 	if err := m.checkLayers(mf); err != nil {
 		return err
 	}
-	layers := []fstree.Layer{fstree.TreeLayer(mf.Upper)}
-	for _, l := range slices.Backward(mf.Spec.Layers) {
-		layers = append(layers, fstree.DirLayer(l))
-	}
-	if mf.Spec.RootFS != "" {
-		layers = append(layers, fstree.DirLayer(mf.Spec.RootFS))
-	}
-	view := fstree.NewView(layers...)
+	view := fstree.NewView(append([]fstree.Layer{fstree.TreeLayer(mf.Upper)}, lowerLayers(mf)...)...)
 	abs := make([]string, len(rel))
 	for i, r := range rel {
 		abs[i] = "/" + r
@@ -135,6 +128,23 @@ func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []
 	err = b.client.RestoreTree(ctx, abs, pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
+}
+
+// lowerLayers are the layers under a snapshot's writable layer, topmost first: its shared
+// layers from their records in the snapshot, the template's from disk.
+func lowerLayers(mf *manifest) []fstree.Layer {
+	var out []fstree.Layer
+	for _, l := range slices.Backward(mf.Spec.Layers) {
+		if t, ok := mf.Private[l]; ok {
+			out = append(out, fstree.TreeLayer(t))
+		} else {
+			out = append(out, fstree.DirLayer(l))
+		}
+	}
+	if mf.Spec.RootFS != "" {
+		out = append(out, fstree.DirLayer(mf.Spec.RootFS))
+	}
+	return out
 }
 
 // stopRuntime removes b's runtime and gives its slot back. The caller holds b.mu.
@@ -179,20 +189,26 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		return err
 	}
 	defer os.RemoveAll(work)
-	upper := work
+	if err := m.ensurePrivate(mf); err != nil {
+		return fmt.Errorf("snapshot %s: %w", sid, err)
+	}
+	// The snapshot's files are one shared read-only layer (made once per snapshot); the sandbox
+	// writes to a new empty layer above it.
+	layer, unpin, err := m.snapshotLayer(sid, mf)
+	if err != nil {
+		return err
+	}
+	defer unpin()
+	layers := withLayer(mf.Spec.Layers, layer)
 	if mf.Checkpoint != nil {
 		if err := fstree.Materialize(cs, *mf.Checkpoint, work); err != nil {
 			return fmt.Errorf("snapshot %s: %w", sid, err)
 		}
-		upper = filepath.Join(work, "upper")
-		if err := os.Mkdir(upper, 0o755); err != nil {
+		if err := os.Mkdir(filepath.Join(work, "upper"), 0o755); err != nil {
 			return err
 		}
 	}
-	if err := fstree.Materialize(cs, mf.Upper, upper); err != nil {
-		return fmt.Errorf("snapshot %s: %w", sid, err)
-	}
-	b.spec.RootFS, b.spec.Layers = mf.Spec.RootFS, mf.Spec.Layers
+	b.spec.RootFS, b.spec.Layers = mf.Spec.RootFS, layers
 	b.spec.WorkingDir, b.spec.User = mf.Spec.WorkingDir, mf.Spec.User
 	b.rec.Spec = encodeSpec(b.spec)
 	slot, err := m.cfg.Slots.Acquire(ctx)
@@ -204,7 +220,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		return err
 	}
-	tpl := Template{RootFS: mf.Spec.RootFS, Layers: mf.Spec.Layers}
+	tpl := Template{RootFS: mf.Spec.RootFS, Layers: layers}
 	spec := m.runtimeSpec(b, tpl)
 	token := b.rec.AccessToken
 	if mf.Checkpoint != nil {
@@ -217,7 +233,6 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		}
 		token = mf.AgentToken
 	} else {
-		spec.Seed = upper
 		if err := drv.Create(ctx, spec); err != nil {
 			return err
 		}
@@ -235,6 +250,42 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		}
 	}
 	m.setClient(b)
+	return nil
+}
+
+// ensurePrivate writes back, from the chunk store, any shared layer the snapshot stands on that
+// is no longer on disk.
+func (m *Manager) ensurePrivate(mf *manifest) error {
+	cs, err := m.chunkStore()
+	if err != nil {
+		return err
+	}
+	for _, l := range mf.Spec.Layers {
+		t, ok := mf.Private[l]
+		if !ok {
+			continue
+		}
+		if _, err := os.Stat(l); err == nil {
+			continue
+		}
+		unpin := m.pinLayer(l)
+		defer unpin()
+		tmp := filepath.Join(m.layersDir(), ".tmp-"+newID("", 12))
+		if err := os.MkdirAll(tmp, 0o755); err != nil {
+			return err
+		}
+		if err := fstree.Materialize(cs, t, tmp); err != nil {
+			os.RemoveAll(tmp)
+			return err
+		}
+		if err := syncTree(tmp); err != nil {
+			return err
+		}
+		if err := os.Rename(tmp, l); err != nil {
+			return err
+		}
+		m.log.Info("shared layer written back from a snapshot", "layer", l)
+	}
 	return nil
 }
 

@@ -61,6 +61,9 @@ type manifest struct {
 	Spec       Spec              `json:"spec"`
 	AgentToken string            `json:"agent_token,omitempty"` // the token in a full snapshot's memory
 	Upper      fstree.Tree       `json:"upper"`                 // the writable layer
+	// Private holds the shared layers (of a fork or an earlier snapshot) among Spec.Layers, by
+	// path, so that the snapshot can bring them back if they are gone.
+	Private    map[string]fstree.Tree `json:"private,omitempty"`
 	Checkpoint *fstree.Tree      `json:"checkpoint,omitempty"`  // full: the runtime's image without the layer
 }
 
@@ -68,6 +71,9 @@ const manifestVersion = 1
 
 func (mf *manifest) chunks() []string {
 	out := mf.Upper.Chunks()
+	for _, t := range mf.Private {
+		out = append(out, t.Chunks()...)
+	}
 	if mf.Checkpoint != nil {
 		out = append(out, mf.Checkpoint.Chunks()...)
 	}
@@ -144,6 +150,9 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 		frozen, err = m.captureFull(ctx, tx, b, &mf)
 		mf.AgentToken = b.rec.AccessToken
 	}
+	if err == nil {
+		err = m.capturePrivate(tx, b, prevMF, &mf)
+	}
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
@@ -188,6 +197,32 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 // sameFiles reports whether two captures of a writable layer hold the same files.
 func sameFiles(a, b fstree.Tree) bool {
 	return len(fstree.Diff(a, b, func(string) bool { return false })) == 0 && len(a.Entries) == len(b.Entries)
+}
+
+// capturePrivate records the sandbox's shared layers. They never change, so after the first
+// snapshot that holds them nothing is read again.
+func (m *Manager) capturePrivate(tx *cas.Txn, b *box, prev *manifest, mf *manifest) error {
+	for _, l := range b.spec.Layers {
+		if filepath.Dir(l) != m.layersDir() {
+			continue
+		}
+		var prevIdx map[string]fstree.Entry
+		var prevAt time.Time
+		if prev != nil {
+			if t, ok := prev.Private[l]; ok {
+				prevIdx, prevAt = t.Index(), t.CapturedAt
+			}
+		}
+		t, err := fstree.Capture(tx, l, prevIdx, prevAt)
+		if err != nil {
+			return fmt.Errorf("shared layer %s: %w", filepath.Base(l), err)
+		}
+		if mf.Private == nil {
+			mf.Private = map[string]fstree.Tree{}
+		}
+		mf.Private[l] = t
+	}
+	return nil
 }
 
 // captureLayer records a running sandbox's writable layer: a first pass while it runs, then a
@@ -383,6 +418,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error 
 		return fmt.Errorf("delete snapshot %s: %w", sid, err)
 	}
 	m.log.Info("snapshot deleted", "snapshot", sid)
+	m.gcLayers(ctx)
 	return nil
 }
 

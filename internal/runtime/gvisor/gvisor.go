@@ -214,10 +214,6 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 		}
 		// The checkpointed memory holds the agent that was running then; restore exactly it.
 		agent = filepath.Join(ckpt, agentFile)
-	} else if spec.Seed != "" {
-		if err := copyTree(spec.Seed, filepath.Join(sb, "upper")); err != nil {
-			return fmt.Errorf("seed writable layer: %w", err)
-		}
 	}
 	// A private copy: rebuilding the agent on the host never changes a running or checkpointed
 	// sandbox's binary under it.
