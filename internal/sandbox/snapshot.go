@@ -64,7 +64,7 @@ type manifest struct {
 	// Private holds the shared layers (of a fork or an earlier snapshot) among Spec.Layers, by
 	// path, so that the snapshot can bring them back if they are gone.
 	Private    map[string]fstree.Tree `json:"private,omitempty"`
-	Checkpoint *fstree.Tree      `json:"checkpoint,omitempty"`  // full: the runtime's image without the layer
+	Checkpoint *fstree.Tree           `json:"checkpoint,omitempty"` // full: the runtime's image without the layer
 }
 
 const manifestVersion = 1
