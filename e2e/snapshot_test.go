@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -254,4 +255,74 @@ func TestRecoverFromSnapshot(t *testing.T) {
 		t.Fatalf("after restart: %+v %v", sb, err)
 	}
 	expectKept(t, c, id, "/root/f", "acknowledged\n", pid, "recovered at restart")
+}
+
+// TestAutoSnapshots: a sandbox with auto_snapshot takes a snapshot per interval only when its
+// files changed, and keeps the newest few.
+func TestAutoSnapshots(t *testing.T) {
+	d := startSpaced(t)
+	c := d.Client
+	ctx := ctxT(t)
+	sb := create(t, c, client.CreateSandboxRequest{Template: "minimal", AutoSnapshot: &client.AutoSnapshot{IntervalSeconds: 2, Keep: 2}})
+	if sb.AutoSnapshot == nil || sb.AutoSnapshot.IntervalSeconds != 2 || sb.AutoSnapshot.Keep != 2 {
+		t.Fatalf("sandbox: %+v", sb)
+	}
+	autos := func() []client.Snapshot {
+		list, err := c.ListSnapshots(ctx, sb.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list
+	}
+	waitFor := func(what string, ok func([]client.Snapshot) bool) []client.Snapshot {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			list := autos()
+			if ok(list) {
+				return list
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: snapshots %+v", what, list)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	run(t, c, sb.ID, "echo 1 > /root/n")
+	first := waitFor("first automatic snapshot", func(l []client.Snapshot) bool { return len(l) == 1 })
+	if first[0].Label != "auto" || first[0].Kind != client.SnapshotFilesystem {
+		t.Fatalf("automatic snapshot: %+v", first[0])
+	}
+	time.Sleep(5 * time.Second) // two more intervals with nothing changed
+	if n := len(autos()); n != 1 {
+		t.Fatalf("%d snapshots after intervals without changes, want 1", n)
+	}
+	for i := 2; i <= 4; i++ {
+		run(t, c, sb.ID, fmt.Sprintf("echo %d > /root/n", i))
+		want := fmt.Sprintf("/root/n holds %d", i)
+		list := waitFor(want, func(l []client.Snapshot) bool {
+			if len(l) == 0 || l[len(l)-1].ID == first[0].ID {
+				return false
+			}
+			ch, err := c.Diff(ctx, l[len(l)-1].ID, first[0].ID)
+			return err == nil && len(ch) == 1 && ch[0].Size == 2 && len(l) <= 2 && latestHas(t, c, sb.ID, l[len(l)-1].ID, strconv.Itoa(i))
+		})
+		first = list[len(list)-1:]
+	}
+	if n := len(autos()); n != 2 {
+		t.Fatalf("%d automatic snapshots kept, want 2", n)
+	}
+	_, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal", AutoSnapshot: &client.AutoSnapshot{IntervalSeconds: 1}})
+	wantStatus(t, err, http.StatusBadRequest, "interval below the minimum")
+}
+
+// latestHas reports whether /root/n in snapshot sid reads want (checked by a sandbox made from it).
+func latestHas(t *testing.T, c *client.Client, id, sid, want string) bool {
+	t.Helper()
+	sb, err := c.CreateSandbox(ctxT(t), client.CreateSandboxRequest{FromSnapshot: sid})
+	if err != nil {
+		return false
+	}
+	defer c.DeleteSandbox(ctxT(t), sb.ID)
+	return run(t, c, sb.ID, "cat /root/n").Stdout == want+"\n"
 }

@@ -138,6 +138,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 
+	fmt.Fprintln(out, "measuring spaced: snapshots of a sandbox holding 32 MiB of new data, before and after a 1 KiB change …")
+	snaps, err := snapshotTimes(ctx, d.Daemon, n/4+1)
+	if err != nil {
+		return err
+	}
+
 	fmt.Fprintln(out, "measuring spaced: template build of a 3-step recipe, first and cached …")
 	firstBuild, cachedBuild, err := buildTimes(ctx, c, n/4+1)
 	if err != nil {
@@ -159,6 +165,8 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		{"resume vs runsc restore", median(resumes), median(rawRestore), "≤ 1.5×"},
 		{"fork, 1 copy vs runsc restore", median(fork1), median(rawRestore), "≤ 2.5×"},
 		{"fork, 10 copies vs runsc restore", median(fork10), median(rawRestore), ""},
+		{"restore (whole, full snapshot, 32 MiB) vs runsc restore", median(snaps.restoreFull), median(rawRestore), ""},
+		{"create from a full snapshot (32 MiB) vs runsc restore", median(snaps.fromFull), median(rawRestore), ""},
 	}
 	fmt.Fprintln(out)
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", "measurement", "spaced", "raw floor", "ratio", "target")
@@ -169,6 +177,19 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %5.2f× | %7s |\n", "cached rebuild vs first build (3 steps, minimal)", ms(median(cachedBuild)), ms(median(firstBuild)),
 		float64(median(cachedBuild))/float64(median(firstBuild)), "≤ 0.3×")
 	fmt.Fprintf(out, "| %-50s | %10s | %10s | %6s | %7s |\n", fmt.Sprintf("10 concurrent creates: %d/10 succeeded", ok), ms(conc), "", "", "all")
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "snapshots of a minimal sandbox holding 32 MiB of new random data (medians of %d):\n", len(snaps.fullStored2))
+	fmt.Fprintf(out, "| %-50s | %10s | %12s | %10s |\n", "snapshot", "took", "stored bytes", "stopped")
+	fmt.Fprintf(out, "|%s|%s|%s|%s|\n", strings.Repeat("-", 52), strings.Repeat("-", 12), strings.Repeat("-", 14), strings.Repeat("-", 12))
+	row := func(name string, took []time.Duration, stored []int64, stopped []time.Duration) {
+		fmt.Fprintf(out, "| %-50s | %10s | %12d | %10s |\n", name, ms(median(took)), medianInt(stored), ms(median(stopped)))
+	}
+	row("filesystem, first", snaps.fsTook1, snaps.fsStored1, snaps.fsStopped1)
+	row("filesystem, after a 1 KiB change", snaps.fsTook2, snaps.fsStored2, snaps.fsStopped2)
+	row("full, first", snaps.fullTook1, snaps.fullStored1, snaps.fullStopped1)
+	row("full, after a 1 KiB change", snaps.fullTook2, snaps.fullStored2, snaps.fullStopped2)
+	fmt.Fprintf(out, "second full snapshot stores %.1f%% of the first (target ≤ 10%%)\n",
+		100*float64(medianInt(snaps.fullStored2))/float64(medianInt(snaps.fullStored1)))
 	fmt.Fprintf(out, "\nraw floor: %s; spaced: %s, minimal template, default resources\n", raw.describe(), "JSON/SSE over loopback HTTP")
 	if ok != 10 {
 		return fmt.Errorf("only %d of 10 concurrent creates succeeded", ok)
@@ -331,6 +352,119 @@ func forkTimes(ctx context.Context, c *client.Client, n int) (one, ten []time.Du
 		}
 	}
 	return one, ten, nil
+}
+
+// snapshotFigures are the snapshot measurements.
+type snapshotFigures struct {
+	fsTook1, fsTook2, fullTook1, fullTook2             []time.Duration
+	fsStopped1, fsStopped2, fullStopped1, fullStopped2 []time.Duration
+	fsStored1, fsStored2, fullStored1, fullStored2     []int64
+	restoreFull, fromFull                              []time.Duration
+}
+
+// snapshotTimes measures, n times on a new sandbox each: a filesystem snapshot after writing
+// 32 MiB of random data and another after changing 1 KiB of it; then the same with full
+// snapshots (on fresh data, so the first stores everything again); a whole restore from the
+// second full snapshot and a sandbox made from it. How long the sandbox was stopped comes from
+// spaced's log of each snapshot.
+func snapshotTimes(ctx context.Context, d *spacedtest.Daemon, n int) (f snapshotFigures, err error) {
+	c := d.Client
+	change := "head -c 1024 /dev/urandom | dd of=/root/data bs=1024 seek=12345 conv=notrunc 2>/dev/null"
+	take := func(id, kind string, took *[]time.Duration, stored *[]int64, stopped *[]time.Duration) (string, error) {
+		t0 := time.Now()
+		s, err := c.CreateSnapshot(ctx, id, kind, "")
+		if err != nil {
+			return "", err
+		}
+		*took = append(*took, time.Since(t0))
+		*stored = append(*stored, s.StoredBytes)
+		st, err := stoppedFor(d, s.ID)
+		if err != nil {
+			return "", err
+		}
+		*stopped = append(*stopped, st)
+		return s.ID, nil
+	}
+	for range n {
+		for _, kind := range []string{client.SnapshotFilesystem, client.SnapshotFull} {
+			sb, err := busySandbox(ctx, c)
+			if err != nil {
+				return f, err
+			}
+			var ids []string
+			err = func() error {
+				if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: "head -c 33554432 /dev/urandom > /root/data"}); err != nil || res.ExitCode != 0 {
+					return fmt.Errorf("write data: %v %+v", err, res)
+				}
+				took1, stored1, stopped1 := &f.fsTook1, &f.fsStored1, &f.fsStopped1
+				took2, stored2, stopped2 := &f.fsTook2, &f.fsStored2, &f.fsStopped2
+				if kind == client.SnapshotFull {
+					took1, stored1, stopped1 = &f.fullTook1, &f.fullStored1, &f.fullStopped1
+					took2, stored2, stopped2 = &f.fullTook2, &f.fullStored2, &f.fullStopped2
+				}
+				id1, err := take(sb.ID, kind, took1, stored1, stopped1)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id1)
+				if res, err := c.Exec(ctx, sb.ID, client.ExecRequest{Command: change}); err != nil || res.ExitCode != 0 {
+					return fmt.Errorf("change data: %v %+v", err, res)
+				}
+				id2, err := take(sb.ID, kind, took2, stored2, stopped2)
+				if err != nil {
+					return err
+				}
+				ids = append(ids, id2)
+				if kind != client.SnapshotFull {
+					return nil
+				}
+				t0 := time.Now()
+				if _, err := c.Restore(ctx, sb.ID, id2); err != nil {
+					return err
+				}
+				f.restoreFull = append(f.restoreFull, time.Since(t0))
+				t0 = time.Now()
+				cp, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{FromSnapshot: id2})
+				if err != nil {
+					return err
+				}
+				f.fromFull = append(f.fromFull, time.Since(t0))
+				return c.DeleteSandbox(ctx, cp.ID)
+			}()
+			c.DeleteSandbox(ctx, sb.ID)
+			for _, id := range ids {
+				c.DeleteSnapshot(ctx, id)
+			}
+			if err != nil {
+				return f, err
+			}
+		}
+	}
+	return f, nil
+}
+
+// stoppedFor reads how long snapshot sid stopped its sandbox from spaced's log.
+func stoppedFor(d *spacedtest.Daemon, sid string) (time.Duration, error) {
+	for _, line := range strings.Split(d.Log(), "\n") {
+		if !strings.Contains(line, "snapshot="+sid) {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "stopped="); ok {
+				return time.ParseDuration(v)
+			}
+		}
+	}
+	return 0, fmt.Errorf("snapshot %s: no stopped= in spaced's log", sid)
+}
+
+func medianInt(v []int64) int64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // pauseResume pauses and resumes one minimal sandbox running a background process n times.

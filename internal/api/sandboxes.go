@@ -11,30 +11,32 @@ import (
 )
 
 type createRequest struct {
-	Template       string            `json:"template"`
-	Runtime        string            `json:"runtime"`
-	TimeoutSeconds *int              `json:"timeout_seconds"`
-	OnTimeout      string            `json:"on_timeout"`
-	Env            map[string]string `json:"env"`
-	Metadata       map[string]string `json:"metadata"`
-	Resources      sandbox.Resources `json:"resources"`
-	Network        *sandbox.Network  `json:"network"`
-	FromSnapshot   string            `json:"from_snapshot"`
+	Template       string                `json:"template"`
+	Runtime        string                `json:"runtime"`
+	TimeoutSeconds *int                  `json:"timeout_seconds"`
+	OnTimeout      string                `json:"on_timeout"`
+	Env            map[string]string     `json:"env"`
+	Metadata       map[string]string     `json:"metadata"`
+	Resources      sandbox.Resources     `json:"resources"`
+	Network        *sandbox.Network      `json:"network"`
+	FromSnapshot   string                `json:"from_snapshot"`
+	AutoSnapshot   *sandbox.AutoSnapshot `json:"auto_snapshot"`
 }
 
 type sandboxJSON struct {
-	ID        string            `json:"id"`
-	State     string            `json:"state"`
-	Template  string            `json:"template"`
-	Runtime   string            `json:"runtime"`
-	CreatedAt time.Time         `json:"created_at"`
-	ExpiresAt time.Time         `json:"expires_at"`
-	OnTimeout string            `json:"on_timeout"`
-	Metadata  map[string]string `json:"metadata"`
-	Resources sandbox.Resources `json:"resources"`
-	Network   sandbox.Network   `json:"network"`
-	Parent    *sandbox.Parent   `json:"parent,omitempty"`
-	Error     string            `json:"error,omitempty"`
+	ID           string                `json:"id"`
+	State        string                `json:"state"`
+	Template     string                `json:"template"`
+	Runtime      string                `json:"runtime"`
+	CreatedAt    time.Time             `json:"created_at"`
+	ExpiresAt    time.Time             `json:"expires_at"`
+	OnTimeout    string                `json:"on_timeout"`
+	Metadata     map[string]string     `json:"metadata"`
+	Resources    sandbox.Resources     `json:"resources"`
+	Network      sandbox.Network       `json:"network"`
+	Parent       *sandbox.Parent       `json:"parent,omitempty"`
+	AutoSnapshot *sandbox.AutoSnapshot `json:"auto_snapshot,omitempty"`
+	Error        string                `json:"error,omitempty"`
 }
 
 func toJSON(i sandbox.Info) sandboxJSON {
@@ -51,7 +53,7 @@ func toJSON(i sandbox.Info) sandboxJSON {
 	return sandboxJSON{
 		ID: i.ID, State: string(i.State), Template: i.Template, Runtime: i.Runtime,
 		CreatedAt: i.CreatedAt, ExpiresAt: i.ExpiresAt, OnTimeout: i.OnTimeout, Metadata: i.Metadata,
-		Resources: i.Spec.Resources, Network: n, Parent: i.Spec.Parent, Error: i.Error,
+		Resources: i.Spec.Resources, Network: n, Parent: i.Spec.Parent, AutoSnapshot: i.Spec.AutoSnapshot, Error: i.Error,
 	}
 }
 
@@ -64,7 +66,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 	info, err := s.sb.Create(r.Context(), p.Tenant, sandbox.CreateRequest{
 		Template: req.Template, Runtime: req.Runtime, TimeoutSeconds: req.TimeoutSeconds,
 		OnTimeout: req.OnTimeout, Env: req.Env, Metadata: req.Metadata, Resources: req.Resources,
-		Network: req.Network, FromSnapshot: req.FromSnapshot,
+		Network: req.Network, FromSnapshot: req.FromSnapshot, AutoSnapshot: req.AutoSnapshot,
 	})
 	if err != nil {
 		s.writeError(w, r, err)

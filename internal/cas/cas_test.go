@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -116,7 +117,7 @@ func TestDeleteCollects(t *testing.T) {
 		t.Fatal(err)
 	}
 	st3, _ := s.Stats()
-	if st3.Chunks != 0 || st3.Roots != 0 || st3.StoredBytes != 0 {
+	if st3.Chunks != 0 || st3.Roots != 0 || st3.StoredBytes != 0 || st3.Packs != 0 {
 		t.Fatalf("store not empty after deleting everything: %+v", st3)
 	}
 	if _, err := s.ReadChunk(csA[0]); !errors.Is(err, ErrCorrupt) {
@@ -140,8 +141,8 @@ func TestAbortAndCrashLeaveNothing(t *testing.T) {
 	}
 	tx.Abort()
 	st, _ := s.Stats()
-	if st.Chunks != len(keep) {
-		t.Fatalf("after abort %d chunks, want %d", st.Chunks, len(keep))
+	if st.Chunks != len(keep) || st.Packs != 1 {
+		t.Fatalf("after abort %+v, want %d chunks in 1 pack", st, len(keep))
 	}
 	// A crash after writing chunks but before the root: reopening sweeps them.
 	tx = s.Begin()
@@ -153,8 +154,11 @@ func TestAbortAndCrashLeaveNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	st, _ = s2.Stats()
-	if st.Chunks != len(keep) || st.Roots != 1 {
-		t.Fatalf("after reopen: %+v, want %d chunks and 1 root", st, len(keep))
+	if st.Chunks != len(keep) || st.Roots != 1 || st.Packs != 1 {
+		t.Fatalf("after reopen: %+v, want %d chunks in 1 pack and 1 root", st, len(keep))
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "tmp")); len(entries) != 0 {
+		t.Fatalf("tmp holds %d files after reopen", len(entries))
 	}
 	if data, err := s2.Root("keep"); err != nil || string(data) != `{"name":"keep"}` {
 		t.Fatalf("root after reopen: %s, %v", data, err)
@@ -168,11 +172,14 @@ func TestCorruptionDetected(t *testing.T) {
 		t.Fatal(err)
 	}
 	cs, _ := put(t, s, "x", randBytes(9, 200<<10))
-	// Replace one chunk's file with a validly compressed but different content.
-	other := s.enc.EncodeAll(randBytes(10, int(cs[1].Size)), nil)
-	if err := os.WriteFile(s.chunkPath(cs[1].Hash), other, 0o600); err != nil {
+	// Damage one chunk inside its pack.
+	l := s.loc[cs[1].Hash]
+	f, err := os.OpenFile(s.packPath(l.pack, ".pack"), os.O_RDWR, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
+	f.WriteAt([]byte{0xde, 0xad, 0xbe, 0xef}, l.off+l.clen/2)
+	f.Close()
 	if _, err := s.WriteTo(&bytes.Buffer{}, cs); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("swapped chunk: %v, want ErrCorrupt", err)
 	}
@@ -240,4 +247,60 @@ func (r *slowReader) Read(p []byte) (int, error) {
 	n := copy(p[:min(len(p), r.step)], r.data)
 	r.data = r.data[n:]
 	return n, nil
+}
+
+func TestCompaction(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// a and b in one pack (one transaction, root "a" holding both); root "b" holds only b:
+	// deleting "a" leaves the pack mostly dead.
+	a, b := randBytes(20, 4<<20), randBytes(21, 1<<20)
+	tx := s.Begin()
+	ca, _ := tx.PutBytes(a)
+	cb, _ := tx.PutBytes(b)
+	if _, err := tx.Commit("a", nil, append(hashes(ca), hashes(cb)...)); err != nil {
+		t.Fatal(err)
+	}
+	tx2 := s.Begin()
+	if err := tx2.Reuse(cb); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx2.Commit("b", nil, hashes(cb)); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := s.Stats()
+	if err := s.Delete("a"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := s.Stats()
+	if after.StoredBytes > before.StoredBytes/2 || after.Packs != 1 {
+		t.Fatalf("after deleting most of a pack: %+v (before %+v)", after, before)
+	}
+	if got := read(t, s, cb); !bytes.Equal(got, b) {
+		t.Fatal("b damaged by compaction")
+	}
+	s2, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, s2, cb); !bytes.Equal(got, b) {
+		t.Fatal("b unreadable after reopening a compacted store")
+	}
+}
+
+func FuzzDecodeIndex(f *testing.F) {
+	f.Add(encodeIndex([]indexEntry{{hash: strings.Repeat("ab", 32), off: 1, clen: 2, size: 3}}))
+	f.Add([]byte("garbage"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		entries, err := decodeIndex(b)
+		if err != nil {
+			return
+		}
+		if again := encodeIndex(entries); !bytes.Equal(again, b) {
+			t.Fatal("an index that decodes does not encode back to itself")
+		}
+	})
 }

@@ -132,6 +132,22 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	if err := validateNetwork(spec.Network); err != nil {
 		return store.Sandbox{}, Spec{}, err
 	}
+	if a := req.AutoSnapshot; a != nil {
+		if a.IntervalSeconds < minAutoInterval || a.IntervalSeconds > 86400 {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", minAutoInterval))
+		}
+		if a.Keep == 0 {
+			a.Keep = defaultAutoKeep
+		}
+		if a.Keep < 1 || a.Keep > 100 {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument("auto_snapshot.keep: want 1..100")
+		}
+		if _, ok := drv.(runtime.LayerCapturer); !ok || m.cfg.Chunks == nil {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot: runtime %s cannot snapshot files on this server", req.Runtime))
+		}
+		auto := *a
+		spec.AutoSnapshot = &auto
+	}
 	if spec.Resources.VCPUs == 0 {
 		spec.Resources.VCPUs = defaultVCPUs
 	}

@@ -172,9 +172,10 @@ func New(cfg Config) (*Manager, error) {
 
 // Start launches the reaper and the warm pool. Recover should have run first.
 func (m *Manager) Start() {
-	m.wg.Add(2)
+	m.wg.Add(3)
 	go m.reaper()
 	go m.filler()
+	go m.autoSnapshots()
 	m.refill()
 }
 

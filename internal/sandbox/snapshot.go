@@ -145,13 +145,16 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 		err = m.captureCheckpoint(tx, m.checkpointDir(b.rec.ID), &mf)
 		mf.AgentToken = b.rec.AccessToken
 	case req.Kind == KindFilesystem:
-		frozen, err = m.captureLayer(ctx, tx, b, prevMF, &mf)
+		frozen, err = m.captureLayer(ctx, tx, b, prevMF, req.OnlyIfChanged, &mf)
 	default:
 		frozen, err = m.captureFull(ctx, tx, b, &mf)
 		mf.AgentToken = b.rec.AccessToken
 	}
 	if err == nil {
 		err = m.capturePrivate(tx, b, prevMF, &mf)
+	}
+	if errors.Is(err, errUnchanged) {
+		return SnapshotInfo{}, nil
 	}
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", id, err)
@@ -189,7 +192,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 	}
 	m.publish(EventSnapshotted, b.rec, rec.ID)
 	m.log.Info("snapshot taken", "sandbox", id, "snapshot", rec.ID, "kind", rec.Kind,
-		"size", rec.SizeBytes, "stored", rec.StoredBytes, "frozen", frozen.Round(time.Microsecond),
+		"size", rec.SizeBytes, "stored", rec.StoredBytes, "stopped", frozen.Round(time.Microsecond),
 		"took", time.Since(t0).Round(time.Millisecond))
 	return snapshotInfo(rec), nil
 }
@@ -227,7 +230,7 @@ func (m *Manager) capturePrivate(tx *cas.Txn, b *box, prev *manifest, mf *manife
 
 // captureLayer records a running sandbox's writable layer: a first pass while it runs, then a
 // pass with the sandbox frozen that reads again only files changed since the first.
-func (m *Manager) captureLayer(ctx context.Context, tx *cas.Txn, b *box, prev *manifest, mf *manifest) (time.Duration, error) {
+func (m *Manager) captureLayer(ctx context.Context, tx *cas.Txn, b *box, prev *manifest, onlyIfChanged bool, mf *manifest) (time.Duration, error) {
 	lc, ok := m.cfg.Drivers[b.rec.Runtime].(runtime.LayerCapturer)
 	if !ok {
 		return 0, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("runtime %s cannot snapshot files", b.rec.Runtime))
@@ -253,17 +256,21 @@ func (m *Manager) captureLayer(ctx context.Context, tx *cas.Txn, b *box, prev *m
 			return 0, err
 		}
 	}
-	var frozen time.Duration
-	t0 := time.Now()
+	if onlyIfChanged && prev != nil && prev.Kind == KindFilesystem && sameFiles(prev.Upper, first) {
+		return 0, errUnchanged // no need to stop the sandbox
+	}
+	// The sandbox is stopped from just before fn runs until the resume returns.
+	var stoppedAt time.Time
+	var pass time.Duration
 	err = lc.Freeze(ctx, b.rec.ID, func(dir string) error {
-		t1 := time.Now()
-		defer func() { frozen = time.Since(t1) }()
+		stoppedAt = time.Now()
 		final, err := fstree.Capture(tx, dir, first.Index(), first.CapturedAt)
+		pass = time.Since(stoppedAt)
 		mf.Upper = final
 		return err
 	})
-	m.log.Debug("file snapshot freeze", "id", b.rec.ID, "frozen_pass", frozen, "pause_to_resume", time.Since(t0))
-	return frozen, err
+	m.log.Debug("file snapshot final pass", "id", b.rec.ID, "pass", pass)
+	return time.Since(stoppedAt), err
 }
 
 // captureFull checkpoints a running sandbox (it keeps running) and records the image.

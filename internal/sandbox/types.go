@@ -37,11 +37,19 @@ type Parent struct {
 	SnapshotID string `json:"snapshot_id,omitempty"`
 }
 
+// AutoSnapshot asks for a filesystem snapshot every IntervalSeconds while the sandbox runs,
+// when its files changed since its last snapshot; only the newest Keep automatic ones are kept.
+type AutoSnapshot struct {
+	IntervalSeconds int `json:"interval_seconds"`
+	Keep            int `json:"keep"`
+}
+
 // Spec is the part of a sandbox's creation request kept in the store as JSON.
 type Spec struct {
-	Resources Resources `json:"resources"`
-	Network   Network   `json:"network"`
-	Parent    *Parent   `json:"parent,omitempty"`
+	Resources    Resources     `json:"resources"`
+	Network      Network       `json:"network"`
+	Parent       *Parent       `json:"parent,omitempty"`
+	AutoSnapshot *AutoSnapshot `json:"auto_snapshot,omitempty"`
 	// Command defaults from the template's image.
 	WorkingDir string `json:"working_dir,omitempty"`
 	User       string `json:"user,omitempty"`
@@ -62,6 +70,7 @@ type CreateRequest struct {
 	Resources      Resources
 	Network        *Network
 	FromSnapshot   string
+	AutoSnapshot   *AutoSnapshot
 }
 
 // Info is a sandbox as the API shows it.

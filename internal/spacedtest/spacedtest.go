@@ -251,7 +251,7 @@ func Leaks(instance, home string) []string {
 	}
 	// Checkpoints, scratch directories of snapshots and restores, and chunk store content
 	// (snapshots are deleted by the test's cleanup; the chunks must go with them).
-	for _, dir := range []string{"checkpoints", "forks", "work", "layers", "store/roots", "store/chunks", "store/tmp"} {
+	for _, dir := range []string{"checkpoints", "forks", "work", "layers", "store/roots", "store/packs", "store/tmp"} {
 		n := 0
 		filepath.WalkDir(filepath.Join(home, dir), func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {

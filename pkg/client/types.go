@@ -32,6 +32,8 @@ type Sandbox struct {
 	Resources *Resources        `json:"resources,omitempty"`
 	Network   *NetworkSpec      `json:"network,omitempty"`
 	Parent    *Parent           `json:"parent,omitempty"`
+	// AutoSnapshot is set when the sandbox takes automatic snapshots.
+	AutoSnapshot *AutoSnapshot `json:"auto_snapshot,omitempty"`
 }
 
 // Resources are a sandbox's limits. Zero fields take the server's defaults.
@@ -73,6 +75,14 @@ type CreateSandboxRequest struct {
 	Resources      *Resources        `json:"resources,omitempty"`
 	Network        *NetworkSpec      `json:"network,omitempty"`
 	FromSnapshot   string            `json:"from_snapshot,omitempty"`
+	AutoSnapshot   *AutoSnapshot     `json:"auto_snapshot,omitempty"`
+}
+
+// AutoSnapshot asks for a filesystem snapshot (label "auto") every IntervalSeconds while the
+// sandbox runs and its files changed; only the newest Keep (default 5) are kept.
+type AutoSnapshot struct {
+	IntervalSeconds int `json:"interval_seconds"`
+	Keep            int `json:"keep,omitempty"`
 }
 
 // ListSandboxesOptions filters ListSandboxes. Empty fields match everything.

@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/space-sandbox/space/internal/store"
+)
+
+// Automatic snapshots (Spec.AutoSnapshot).
+const (
+	minAutoInterval = 2 // seconds
+	defaultAutoKeep = 5
+	// AutoLabel labels automatic snapshots; the oldest of them beyond Keep are deleted.
+	AutoLabel = "auto"
+)
+
+// errUnchanged ends an automatic snapshot of files that did not change.
+var errUnchanged = errors.New("files unchanged since the last snapshot")
+
+// autoSnapshots takes the automatic snapshots that are due, once a second, until Close.
+func (m *Manager) autoSnapshots() {
+	defer m.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	last := map[string]time.Time{} // sandbox → when its last automatic snapshot was considered
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		seen := map[string]bool{}
+		for _, b := range m.snapshotBoxes() {
+			v := b.view.Load()
+			a := v.Spec.AutoSnapshot
+			if a == nil || v.State != StateRunning {
+				continue
+			}
+			seen[b.id] = true
+			at, ok := last[b.id]
+			if !ok {
+				last[b.id] = now // the first one an interval from now (or from this start)
+				continue
+			}
+			if now.Sub(at) < time.Duration(a.IntervalSeconds)*time.Second {
+				continue
+			}
+			last[b.id] = now
+			m.autoSnapshot(b, a.Keep)
+		}
+		for id := range last {
+			if !seen[id] {
+				delete(last, id)
+			}
+		}
+	}
+}
+
+// autoSnapshot takes one automatic snapshot of b if its files changed and prunes old ones.
+func (m *Manager) autoSnapshot(b *box, keep int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	info, err := m.Snapshot(ctx, b.tenant, b.id, SnapshotRequest{Kind: KindFilesystem, Label: AutoLabel, OnlyIfChanged: true})
+	if err != nil {
+		m.log.Warn("automatic snapshot failed", "id", b.id, "err", err)
+		return
+	}
+	if info.ID == "" {
+		return
+	}
+	list, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{SandboxID: b.id})
+	if err != nil {
+		m.log.Warn("list automatic snapshots", "id", b.id, "err", err)
+		return
+	}
+	var autos []store.Snapshot
+	for _, s := range list {
+		if s.Label == AutoLabel {
+			autos = append(autos, s)
+		}
+	}
+	for len(autos) > keep {
+		if err := m.DeleteSnapshot(ctx, b.tenant, autos[0].ID); err != nil {
+			m.log.Warn("prune automatic snapshot", "snapshot", autos[0].ID, "err", err)
+			return
+		}
+		autos = autos[1:]
+	}
+}
