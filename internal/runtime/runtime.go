@@ -83,11 +83,21 @@ type Driver interface {
 	List(ctx context.Context) ([]string, error)
 }
 
+// CheckpointOptions tune one checkpoint.
+type CheckpointOptions struct {
+	// LeaveRunning keeps the sandbox running afterwards (it is paused while it is saved, so that
+	// memory and files are of one instant); otherwise it is stopped.
+	LeaveRunning bool
+	// Durable makes everything in dir reach the disk before Checkpoint returns; without it the
+	// caller copies the checkpoint elsewhere (a fork, a snapshot) and dir is scratch.
+	Durable bool
+}
+
 // Checkpointer is the optional ability to save a running sandbox's full state (memory, processes,
 // files of its writable layer) into dir, and to start a sandbox from such a directory. One
 // checkpoint may be restored many times, into new IDs and other network slots.
 type Checkpointer interface {
-	Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) error
+	Checkpoint(ctx context.Context, id, dir string, opts CheckpointOptions) error
 	Restore(ctx context.Context, spec Spec, dir string) error
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
@@ -17,8 +18,11 @@ import (
 // EventForked is published for each copy a fork makes.
 const EventForked = "sandbox.forked"
 
-// maxForkCount bounds one fork.
-const maxForkCount = 10
+// maxForkCount bounds one fork; forkParallel copies are restored at a time.
+const (
+	maxForkCount = 10
+	forkParallel = 3
+)
 
 // Fork makes count independent running copies of a running sandbox's current state (memory,
 // processes, files). Each copy has its own ID, access token and network slot, and records the
@@ -58,7 +62,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 		b.mu.Unlock()
 		return nil, err
 	}
-	err = cp.Checkpoint(ctx, id, dir, true)
+	err = cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{LeaveRunning: true})
 	b.mu.Unlock()
 	defer os.RemoveAll(dir)
 	if err != nil {
@@ -74,16 +78,31 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 	defer unpin()
 	parentSpec.Layers = withLayer(parentSpec.Layers, layer)
 	tpl := Template{RootFS: parentSpec.RootFS, Layers: parentSpec.Layers}
-	var out []Info
-	var errs []error
+	// Copies restore a few at a time: each restore is mostly waiting on runsc.
+	var (
+		mu   sync.Mutex
+		out  []Info
+		errs []error
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, forkParallel)
+	)
 	for range count {
-		info, err := m.forkOne(ctx, cp, parent, parentSpec, tpl, dir)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		out = append(out, info)
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			info, err := m.forkOne(ctx, cp, parent, parentSpec, tpl, dir)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				errs = append(errs, err)
+				return
+			}
+			out = append(out, info)
+		}()
 	}
+	wg.Wait()
 	if len(errs) > 0 {
 		// All or nothing: the caller learns no IDs, so the copies that were made go too.
 		for _, c := range out {

@@ -58,7 +58,7 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		_ = m.setState(ctx, b, StateRunning, "")
 		return Info{}, err
 	}
-	if err := cp.Checkpoint(ctx, id, dir, false); err != nil {
+	if err := cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{Durable: true}); err != nil {
 		os.RemoveAll(dir)
 		// A failed checkpoint may have stopped the runtime; if so the sandbox is lost.
 		if st, serr := m.cfg.Drivers[b.rec.Runtime].State(ctx, id); serr == nil && st == runtime.StateRunning {
@@ -68,7 +68,8 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		m.crashed(ctx, b, "pause failed: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
-	if err := syncTree(dir); err != nil {
+	// The driver made dir's contents durable; its entry in checkpoints/ too.
+	if err := syncDir(filepath.Dir(dir)); err != nil {
 		m.crashed(ctx, b, "pause: checkpoint not durable: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
 	}
@@ -199,6 +200,16 @@ func (m *Manager) unresume(ctx context.Context, b *box) {
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		m.log.Error("record paused", "id", b.rec.ID, "err", err)
 	}
+}
+
+// syncDir fsyncs directory dir (the entries in it).
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
 }
 
 // syncTree fsyncs every file and directory under dir.

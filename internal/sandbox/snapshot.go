@@ -285,7 +285,7 @@ func (m *Manager) captureFull(ctx context.Context, tx *cas.Txn, b *box, mf *mani
 	}
 	defer os.RemoveAll(dir)
 	t0 := time.Now()
-	if err := cp.Checkpoint(ctx, b.rec.ID, dir, true); err != nil {
+	if err := cp.Checkpoint(ctx, b.rec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
 		return 0, err
 	}
 	frozen := time.Since(t0)

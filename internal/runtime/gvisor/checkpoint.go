@@ -30,11 +30,12 @@ type manifest struct {
 	CreatedAt time.Time `json:"createdAt"`
 }
 
-// Checkpoint implements runtime.Checkpointer. dir must be empty or not exist. With leaveRunning
+// Checkpoint implements runtime.Checkpointer. dir must be empty or not exist. With LeaveRunning
 // the sandbox is paused while runsc saves it and its writable layer is copied, then resumed, so
 // memory and files in dir are of the same instant; without it the sandbox is stopped afterwards
-// (State reports StateStopped until Delete). Once Checkpoint returns, dir is on disk.
-func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bool) (err error) {
+// (State reports StateStopped until Delete). With Durable, dir is on disk when it returns.
+func (d *Driver) Checkpoint(ctx context.Context, id, dir string, opts runtime.CheckpointOptions) (err error) {
+	leaveRunning := opts.LeaveRunning
 	st, err := d.State(ctx, id)
 	if err != nil {
 		return err
@@ -96,7 +97,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, leaveRunning bo
 	if err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
-	if err := writeManifest(dir, manifest{SandboxID: id, RootFS: info.RootFS}); err != nil {
+	if err := writeManifest(dir, manifest{SandboxID: id, RootFS: info.RootFS}, opts.Durable); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
 	d.log.InfoContext(ctx, "sandbox checkpointed", "id", id, "leave_running", leaveRunning,
@@ -122,12 +123,16 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) err
 	return d.start(ctx, spec, dir)
 }
 
-// writeManifest writes m atomically, after making the rest of dir durable.
-func writeManifest(dir string, m manifest) error {
+// writeManifest writes m last, so that a manifest never describes missing data; with durable,
+// after making the rest of dir durable, and itself atomically and durably.
+func writeManifest(dir string, m manifest, durable bool) error {
 	m.Driver, m.Format, m.CreatedAt = Name, manifestFormat, time.Now().UTC()
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
+	}
+	if !durable {
+		return os.WriteFile(filepath.Join(dir, manifestFile), b, 0o644)
 	}
 	// Everything else first, so that a manifest never describes missing data.
 	if err := syncTree(dir); err != nil {

@@ -401,7 +401,7 @@ func TestCheckpointManifest(t *testing.T) {
 		t.Errorf("missing dir: %v, want ErrNotFound", err)
 	}
 	os.Mkdir(filepath.Join(dir, "upper"), 0o755)
-	if err := writeManifest(dir, manifest{SandboxID: "sb1", RootFS: "/t/rootfs"}); err != nil {
+	if err := writeManifest(dir, manifest{SandboxID: "sb1", RootFS: "/t/rootfs"}, true); err != nil {
 		t.Fatal(err)
 	}
 	if m, err := readManifest(dir); err != nil || m.SandboxID != "sb1" || m.RootFS != "/t/rootfs" || m.Driver != Name {

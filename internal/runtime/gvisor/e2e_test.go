@@ -502,11 +502,11 @@ func TestCheckpointDirRules(t *testing.T) {
 	spec := h.sandbox(t, d, runtime.Resources{})
 	full := t.TempDir()
 	os.WriteFile(filepath.Join(full, "x"), nil, 0o644)
-	if err := d.Checkpoint(t.Context(), spec.ID, full, true); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := d.Checkpoint(t.Context(), spec.ID, full, runtime.CheckpointOptions{LeaveRunning: true}); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("Checkpoint into a non-empty dir: %v, want ErrInvalidArgument", err)
 	}
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	if err := d.Checkpoint(t.Context(), spec.ID, dir, true); err != nil {
+	if err := d.Checkpoint(t.Context(), spec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatal(err)
 	}
 	for _, f := range []string{"checkpoint.img", "gvisor-checkpoint.json", "space-agent", "upper"} {
@@ -709,7 +709,7 @@ func TestRealAgent(t *testing.T) {
 		t.Fatalf("agent does not listen on %d; console:\n%s", runtime.AgentPort, console)
 	}
 	dir := filepath.Join(t.TempDir(), "ckpt")
-	if err := d.Checkpoint(t.Context(), spec.ID, dir, false); err != nil {
+	if err := d.Checkpoint(t.Context(), spec.ID, dir, runtime.CheckpointOptions{Durable: true}); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.Delete(t.Context(), spec.ID); err != nil {

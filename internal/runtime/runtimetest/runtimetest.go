@@ -389,7 +389,7 @@ func (s *suite) testCheckpointRestore(t *testing.T) {
 	if !ok {
 		t.Skipf("driver %s is not a Checkpointer", d.Name())
 	}
-	if err := cp.Checkpoint(ctxFor(t), newID(t), t.TempDir(), true); !errors.Is(err, errdefs.ErrNotFound) {
+	if err := cp.Checkpoint(ctxFor(t), newID(t), t.TempDir(), runtime.CheckpointOptions{LeaveRunning: true}); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("Checkpoint of an unknown ID: err = %v, want ErrNotFound", err)
 	}
 	withExec := s.env.Exec != nil
@@ -406,7 +406,7 @@ func (s *suite) testCheckpointRestore(t *testing.T) {
 	// A checkpoint that leaves the sandbox running.
 	live := filepath.Join(t.TempDir(), "live")
 	start := time.Now()
-	if err := cp.Checkpoint(ctxFor(t), orig.ID, live, true); err != nil {
+	if err := cp.Checkpoint(ctxFor(t), orig.ID, live, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
 		t.Fatalf("Checkpoint(leaveRunning): %v", err)
 	}
 	t.Logf("checkpoint with leaveRunning: %v", time.Since(start))
@@ -457,7 +457,7 @@ func (s *suite) testCheckpointRestore(t *testing.T) {
 
 	// A checkpoint that stops the sandbox, then restore into the next slot.
 	final := filepath.Join(t.TempDir(), "final")
-	if err := cp.Checkpoint(ctxFor(t), orig.ID, final, false); err != nil {
+	if err := cp.Checkpoint(ctxFor(t), orig.ID, final, runtime.CheckpointOptions{Durable: true}); err != nil {
 		t.Fatalf("Checkpoint: %v", err)
 	}
 	if st, err := d.State(ctxFor(t), orig.ID); err != nil || st == runtime.StateRunning {
@@ -479,7 +479,7 @@ func (s *suite) testCheckpointRestore(t *testing.T) {
 	}
 	// A restored sandbox can be checkpointed and restored again.
 	again := filepath.Join(t.TempDir(), "again")
-	if err := cp.Checkpoint(ctxFor(t), resumed.ID, again, false); err != nil {
+	if err := cp.Checkpoint(ctxFor(t), resumed.ID, again, runtime.CheckpointOptions{Durable: true}); err != nil {
 		t.Fatalf("second-generation Checkpoint: %v", err)
 	}
 	s.deleteClean(t, d, resumed.ID)
