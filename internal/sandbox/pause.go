@@ -73,26 +73,10 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		m.crashed(ctx, b, "pause: checkpoint not durable: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
 	}
-	// The runtime's own state goes; the checkpoint holds everything.
-	if b.end != nil {
-		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s paused", id)))
-	}
-	if err := m.cfg.Drivers[b.rec.Runtime].Delete(ctx, id); err != nil {
-		m.log.Error("remove paused runtime", "id", id, "err", err)
-	}
-	if b.hc != nil {
-		b.hc.CloseIdleConnections()
-	}
-	b.client = nil
-	// The slot goes too: runsc took its addresses over, and a restore takes whatever slot it is
-	// given (the sandbox's own view of its network does not depend on it).
-	if b.slot != nil {
-		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
-			m.log.Error("release slot of paused sandbox", "id", id, "err", err)
-		} else {
-			b.slot, b.rec.SlotIndex = nil, -1
-		}
-	}
+	// The runtime's own state goes; the checkpoint holds everything. The slot goes too: runsc
+	// took its addresses over, and a restore takes whatever slot it is given (the sandbox's own
+	// view of its network does not depend on it).
+	m.stopRuntime(ctx, b, "paused")
 	b.rec.TimeoutSeconds = max(1, int(time.Until(b.rec.ExpiresAt).Round(time.Second)/time.Second))
 	b.rec.ExpiresAt = time.Time{}
 	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
@@ -180,21 +164,7 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 // unresume stops a restored runtime again and returns b to paused, keeping its checkpoint. The
 // caller holds b.mu.
 func (m *Manager) unresume(ctx context.Context, b *box) {
-	if b.end != nil {
-		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s paused", b.rec.ID)))
-	}
-	if err := m.cfg.Drivers[b.rec.Runtime].Delete(ctx, b.rec.ID); err != nil {
-		m.log.Error("stop runtime", "id", b.rec.ID, "err", err)
-	}
-	if b.hc != nil {
-		b.hc.CloseIdleConnections()
-	}
-	b.client = nil
-	if b.slot != nil {
-		if err := m.cfg.Slots.Release(ctx, b.slot); err == nil {
-			b.slot, b.rec.SlotIndex = nil, -1
-		}
-	}
+	m.stopRuntime(ctx, b, "paused")
 	b.rec.State = string(StatePaused) // from pausing, resuming or running: the checkpoint rules
 	b.refresh()
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {

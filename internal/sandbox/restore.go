@@ -80,7 +80,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 		return Info{}, err
 	}
 	if err := m.bringUp(ctx, b, mf, snap.ID); err != nil {
-		m.stopRuntime(ctx, b)
+		m.stopRuntime(ctx, b, "stopped")
 		_ = m.setState(ctx, b, StateError, fmt.Sprintf("restore from %s failed: %v", sid, err))
 		return Info{}, fmt.Errorf("restore %s from %s: %w", id, sid, err)
 	}
@@ -147,10 +147,11 @@ func lowerLayers(mf *manifest) []fstree.Layer {
 	return out
 }
 
-// stopRuntime removes b's runtime and gives its slot back. The caller holds b.mu.
-func (m *Manager) stopRuntime(ctx context.Context, b *box) {
+// stopRuntime removes b's runtime and gives its slot back; streams to its agent end, saying
+// the sandbox was (why: "paused", "stopped"). The caller holds b.mu.
+func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) {
 	if b.end != nil {
-		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped", b.rec.ID)))
+		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s %s", b.rec.ID, why)))
 	}
 	if drv, ok := m.cfg.Drivers[b.rec.Runtime]; ok {
 		if err := drv.Delete(ctx, b.rec.ID); err != nil {
@@ -162,7 +163,9 @@ func (m *Manager) stopRuntime(ctx context.Context, b *box) {
 	}
 	b.client = nil
 	if b.slot != nil {
-		if err := m.cfg.Slots.Release(ctx, b.slot); err == nil {
+		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
+			m.log.Error("release slot", "id", b.rec.ID, "err", err)
+		} else {
 			b.slot, b.rec.SlotIndex = nil, -1
 		}
 	}
@@ -180,7 +183,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 	if mf.Runtime != b.rec.Runtime {
 		return errdefs.InvalidArgument(fmt.Sprintf("snapshot %s is of runtime %s, the sandbox runs %s", sid, mf.Runtime, b.rec.Runtime))
 	}
-	m.stopRuntime(ctx, b)
+	m.stopRuntime(ctx, b, "stopped")
 	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
 		return err
 	}
@@ -389,7 +392,7 @@ func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) b
 	}
 	if err := m.bringUp(ctx, b, mf, last.ID); err != nil {
 		m.log.Error("recovery from snapshot failed", "id", b.rec.ID, "snapshot", last.ID, "err", err)
-		m.stopRuntime(ctx, b)
+		m.stopRuntime(ctx, b, "stopped")
 		b.rec.State = string(StateRunning) // so that the caller can record the crash
 		b.refresh()
 		return false
