@@ -539,6 +539,16 @@ func TestRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A paused sandbox stays paused through restarts and resumes where it was.
+	paused := create(t, c, client.CreateSandboxRequest{Template: "minimal"}).ID
+	run(t, c, paused, "echo paused > /root/file")
+	ppid, err := c.ExecBackground(ctx, paused, client.ExecRequest{Command: "sleep 600"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.PauseSandbox(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
 	for _, how := range []string{"graceful", "kill -9"} {
 		if how == "graceful" {
 			if err := d.Stop(); err != nil {
@@ -555,7 +565,14 @@ func TestRestart(t *testing.T) {
 			t.Fatalf("%s: after restart: %+v %v", how, sb, err)
 		}
 		expectKept(t, c, id, "/root/file", "kept\n", pid, how)
+		if sb, err := c.GetSandbox(ctx, paused); err != nil || sb.State != client.StatePaused {
+			t.Fatalf("%s: paused sandbox after restart: %+v %v", how, sb, err)
+		}
 	}
+	if _, err := c.ResumeSandbox(ctx, paused); err != nil {
+		t.Fatal(err)
+	}
+	expectKept(t, c, paused, "/root/file", "paused\n", ppid, "resumed after two restarts")
 }
 
 // TestBadInput: malformed requests get 4xx JSON errors and change nothing.
