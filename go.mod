@@ -15,6 +15,7 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
 	github.com/klauspost/compress v1.19.2
+	github.com/miekg/dns v1.1.73
 	github.com/opencontainers/runtime-spec v1.2.1
 	github.com/vishvananda/netlink v1.3.1-0.20250303224720-0e7078ed04c8
 	github.com/vishvananda/netns v0.0.5

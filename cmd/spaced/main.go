@@ -11,9 +11,11 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/gvisor"
@@ -118,7 +121,26 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		drivers[name] = d
 	}
 
-	pool, err := network.NewPool(ctx, network.Config{Instance: cfg.Instance, CIDR: cfg.SlotCIDR, PoolSize: cfg.SlotPool, Logger: log})
+	// The egress gateway: every sandbox's TCP and DNS out is redirected to it (network/nft.go).
+	audit := egress.NewAudit()
+	var mgrRef atomic.Pointer[sandbox.Manager]
+	gw, err := egress.Start(egress.Config{
+		Upstream: cfg.EgressDNS, Audit: audit, Logger: log.With("component", "egress"),
+		Lookup: func(ip netip.Addr) (egress.Target, bool) {
+			if m := mgrRef.Load(); m != nil {
+				return m.EgressTarget(ip)
+			}
+			return egress.Target{}, false
+		},
+		Blocked: func() []netip.Prefix { return hostPrefixes(cfg.SlotCIDR) },
+	})
+	if err != nil {
+		return err
+	}
+	defer gw.Close()
+
+	pool, err := network.NewPool(ctx, network.Config{Instance: cfg.Instance, CIDR: cfg.SlotCIDR, PoolSize: cfg.SlotPool, Logger: log,
+		Gateway: &network.GatewayPorts{Proxy: gw.ProxyPort(), DNS: gw.DNSPort()}})
 	if err != nil {
 		return fmt.Errorf("network: %w", err)
 	}
@@ -144,11 +166,12 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
-		Chunks: chunks,
+		Chunks: chunks, Audit: audit,
 	})
 	if err != nil {
 		return err
 	}
+	mgrRef.Store(mgr)
 	if err := mgr.Recover(ctx); err != nil {
 		return err
 	}
@@ -191,4 +214,20 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		_ = srv.Close()
 	}
 	return nil
+}
+
+// hostPrefixes are addresses the egress gateway never dials: every address of this host and
+// the sandbox links.
+func hostPrefixes(slots netip.Prefix) []netip.Prefix {
+	out := []netip.Prefix{slots}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return out
+	}
+	for _, a := range addrs {
+		if p, err := netip.ParsePrefix(a.String()); err == nil {
+			out = append(out, netip.PrefixFrom(p.Addr().Unmap(), p.Addr().BitLen()))
+		}
+	}
+	return out
 }

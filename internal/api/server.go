@@ -66,6 +66,8 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/pause", s.handlePause)
 	a("POST /v1/sandboxes/{id}/resume", s.handleResume)
 	a("POST /v1/sandboxes/{id}/fork", s.handleFork)
+	a("PATCH /v1/sandboxes/{id}/network", s.handleUpdateNetwork)
+	a("GET /v1/sandboxes/{id}/egress", s.handleEgress)
 	a("POST /v1/sandboxes/{id}/snapshots", s.handleCreateSnapshot)
 	a("GET /v1/sandboxes/{id}/snapshots", s.handleListSnapshots)
 	a("POST /v1/sandboxes/{id}/restore", s.handleRestore)

@@ -330,7 +330,7 @@ func TestIsolation(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() {
-				if err := installRules(cfg.Instance); err != nil {
+				if err := installRules(cfg.Instance, nil); err != nil {
 					t.Fatal(err)
 				}
 			}()
@@ -413,7 +413,7 @@ func TestRulesShape(t *testing.T) {
 	inst := testConfig(t).Instance
 	t.Cleanup(func() { removeRules(inst) })
 	for range 2 {
-		if err := installRules(inst); err != nil {
+		if err := installRules(inst, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -55,7 +55,10 @@ type Config struct {
 	Instance string       // short instance id, 4 lowercase hex chars, unique per spaced (derived from SPACE_HOME by the caller)
 	CIDR     netip.Prefix // address range slots are carved from as /30s; default 10.211.0.0/16
 	LeaseDir string       // host-wide lease directory shared by all spaced instances; default /run/space/net
-	PoolSize int          // slots kept prepared ahead (0: default 4; negative: none, every Acquire builds)
+	// Gateway, if set, is where sandbox traffic out goes: TCP to its proxy port, DNS to its DNS
+	// port (see nft.go). Without it sandboxes reach nothing.
+	Gateway  *GatewayPorts
+	PoolSize int // slots kept prepared ahead (0: default 4; negative: none, every Acquire builds)
 	Logger   *slog.Logger
 }
 
@@ -142,7 +145,7 @@ func NewPool(ctx context.Context, cfg Config) (*Pool, error) {
 	}
 	// Rules first: slots left in use by an earlier process are isolated again before anything
 	// else happens. Replacing the table is atomic, so they are never unprotected.
-	if err := installRules(cfg.Instance); err != nil {
+	if err := installRules(cfg.Instance, cfg.Gateway); err != nil {
 		return nil, fmt.Errorf("network: %w", err)
 	}
 	// What cannot be removed now keeps its lease (so its addresses stay unused) and is tried

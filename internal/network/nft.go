@@ -23,6 +23,19 @@ import (
 //	chain forward { type filter hook forward priority -300;
 //	                iifname "sp<inst>h*" drop; oifname "sp<inst>h*" drop }
 //
+// With an egress gateway (GatewayPorts), sandbox traffic out is redirected to it and admitted:
+//
+//	chain prerouting { type nat hook prerouting priority -100;
+//	    iifname "sp<inst>h*" meta nfproto ipv4 meta l4proto tcp redirect to :<proxy>
+//	    iifname "sp<inst>h*" meta nfproto ipv4 meta l4proto udp th dport 53 redirect to :<dns> }
+//	sandbox_in, before its final drop:
+//	    meta nfproto ipv4 meta l4proto tcp th dport <proxy> accept
+//	    meta nfproto ipv4 meta l4proto udp th dport <dns> accept
+//	input, first: iifname != "sp<inst>h*" th dport <proxy|dns> drop   # the gateway serves sandboxes only
+//
+// Every other packet from a sandbox is still dropped: UDP but DNS (QUIC too), ICMP, IPv6, and
+// anything routed towards another host or sandbox (forward).
+//
 // A drop in any base chain is final whatever other tables say, while an accept only ends this
 // table's verdict; so a permissive host ruleset cannot open what this table closes. The early
 // priority only makes the drop happen before other tables' chains spend time on the packet;
@@ -37,8 +50,14 @@ const (
 
 func tableName(inst string) string { return "space_" + inst }
 
+// GatewayPorts are the host ports of an instance's egress gateway.
+type GatewayPorts struct {
+	Proxy uint16 // transparent TCP proxy
+	DNS   uint16 // DNS server (UDP)
+}
+
 // installRules creates or atomically replaces the instance's table.
-func installRules(inst string) error {
+func installRules(inst string, gw *GatewayPorts) error {
 	c, err := nftables.New()
 	if err != nil {
 		return fmt.Errorf("nftables: %w", err)
@@ -85,6 +104,9 @@ func installRules(inst string) error {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: zero},
 		&expr.Verdict{Kind: expr.VerdictAccept},
 	}})
+	if gw != nil {
+		addGatewayRules(c, t, input, sbIn, prefix, gw)
+	}
 	c.AddRule(&nftables.Rule{Table: t, Chain: sbIn, Exprs: []expr.Any{
 		&expr.Counter{},
 		&expr.Verdict{Kind: expr.VerdictDrop},
@@ -101,6 +123,69 @@ func installRules(inst string) error {
 		return fmt.Errorf("nftables: install table %s: %w", t.Name, err)
 	}
 	return nil
+}
+
+// matchL4 loads "meta nfproto ipv4 meta l4proto proto" checks, and a destination port check
+// when port is not 0.
+func matchL4(proto byte, port uint16) []expr.Any {
+	out := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.NFPROTO_IPV4}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+	}
+	if port != 0 {
+		out = append(out,
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+		)
+	}
+	return out
+}
+
+// addGatewayRules redirects sandbox TCP and DNS to the gateway and admits them (see the top).
+func addGatewayRules(c *nftables.Conn, t *nftables.Table, input, sbIn *nftables.Chain, prefix []byte, gw *GatewayPorts) {
+	nat := c.AddChain(&nftables.Chain{
+		Name: "prerouting", Table: t, Type: nftables.ChainTypeNAT,
+		Hooknum: nftables.ChainHookPrerouting, Priority: nftables.ChainPriorityNATDest,
+	})
+	fromSandbox := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: prefix},
+	}
+	redirect := func(port uint16) []expr.Any {
+		return []expr.Any{
+			&expr.Immediate{Register: 1, Data: binaryutil.BigEndian.PutUint16(port)},
+			&expr.Redir{RegisterProtoMin: 1},
+		}
+	}
+	rule := func(chain *nftables.Chain, parts ...[]expr.Any) {
+		var exprs []expr.Any
+		for _, p := range parts {
+			exprs = append(exprs, p...)
+		}
+		c.AddRule(&nftables.Rule{Table: t, Chain: chain, Exprs: exprs})
+	}
+	rule(nat, fromSandbox, matchL4(unix.IPPROTO_TCP, 0), redirect(gw.Proxy))
+	rule(nat, fromSandbox, matchL4(unix.IPPROTO_UDP, 53), redirect(gw.DNS))
+	accept := []expr.Any{&expr.Verdict{Kind: expr.VerdictAccept}}
+	rule(sbIn, matchL4(unix.IPPROTO_TCP, gw.Proxy), accept)
+	rule(sbIn, matchL4(unix.IPPROTO_UDP, gw.DNS), accept)
+	// Nobody else may use the gateway (it listens on every host address).
+	notSandbox := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyIIFNAME, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: 1, Data: prefix},
+	}
+	drop := []expr.Any{&expr.Counter{}, &expr.Verdict{Kind: expr.VerdictDrop}}
+	insertFirst := func(parts ...[]expr.Any) {
+		var exprs []expr.Any
+		for _, p := range parts {
+			exprs = append(exprs, p...)
+		}
+		c.InsertRule(&nftables.Rule{Table: t, Chain: input, Exprs: exprs})
+	}
+	insertFirst(notSandbox, matchL4(unix.IPPROTO_TCP, gw.Proxy), drop)
+	insertFirst(notSandbox, matchL4(unix.IPPROTO_UDP, gw.DNS), drop)
 }
 
 // removeRules deletes the instance's table if it exists.

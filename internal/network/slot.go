@@ -97,7 +97,12 @@ func (p *Pool) setup(ctx context.Context, s *Slot) error {
 	if err := nh.LinkSetUp(guest); err != nil {
 		return fmt.Errorf("up %s in %s: %w", s.GuestIf, s.NetNS, err)
 	}
-	// No default route: the sandbox reaches only its link to the host.
+	// Everything goes to the host, where nftables sends TCP and DNS to the egress gateway and
+	// drops the rest (nft.go).
+	def := &netlink.Route{LinkIndex: guest.Attrs().Index, Gw: s.HostIP.AsSlice(), Dst: &net.IPNet{IP: net.IPv4zero, Mask: net.CIDRMask(0, 32)}}
+	if err := nh.RouteAdd(def); err != nil {
+		return fmt.Errorf("default route in %s: %w", s.NetNS, err)
+	}
 	return nil
 }
 

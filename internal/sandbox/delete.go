@@ -48,6 +48,9 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()
 	m.publish(evt, b.rec, reason)
+	if m.cfg.Audit != nil {
+		m.cfg.Audit.Forget(b.rec.ID)
+	}
 	m.log.Info("sandbox removed", "id", b.rec.ID, "event", evt)
 	m.gcLayers(ctx)
 	return nil

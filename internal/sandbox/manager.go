@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -69,6 +70,7 @@ type Config struct {
 	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
 	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
 	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
+	Audit           *egress.Audit   // egress decisions of the gateway (optional)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.
@@ -102,12 +104,14 @@ type Manager struct {
 type box struct {
 	id, tenant string // immutable copies of rec's, readable without mu
 
-	mu     sync.Mutex
-	rec    store.Sandbox
-	hc     *http.Client
-	spec   Spec
-	slot   *network.Slot
-	client *agent.Client
+	mu   sync.Mutex
+	rec  store.Sandbox
+	hc   *http.Client
+	spec Spec
+	slot *network.Slot
+	// slotAddr is the slot's guest address, readable without mu (egress lookups).
+	slotAddr atomic.Pointer[netip.Addr]
+	client   *agent.Client
 	// view is the sandbox as the API shows it, refreshed (under mu) whenever rec changes, so
 	// that reads never wait for a create or delete in progress.
 	view atomic.Pointer[Info]
@@ -310,4 +314,10 @@ func newBox(rec store.Sandbox, spec Spec) *box {
 func (b *box) refresh() {
 	v := infoOf(b.rec, b.spec)
 	b.view.Store(&v)
+	if b.slot != nil {
+		a := b.slot.GuestIP.Addr()
+		b.slotAddr.Store(&a)
+	} else {
+		b.slotAddr.Store(nil)
+	}
 }

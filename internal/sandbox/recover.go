@@ -75,6 +75,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	if b.rec.SlotIndex >= 0 && State(b.rec.State) != StateError {
 		if s, err := m.cfg.Slots.Adopt(ctx, b.rec.SlotIndex); err == nil {
 			b.slot = s
+			b.refresh()
 		} else {
 			m.log.Warn("network slot gone", "id", b.rec.ID, "slot", b.rec.SlotIndex, "err", err)
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -17,8 +18,7 @@ type Resources struct {
 	DiskMiB   int64 `json:"disk_mib"`
 }
 
-// Egress is a sandbox's egress policy (enforced by the egress gateway; until it exists, egress is
-// closed whatever the policy says).
+// Egress is a sandbox's egress policy, enforced by the egress gateway (internal/egress).
 type Egress struct {
 	Default string   `json:"default"`
 	Allow   []string `json:"allow"`
@@ -103,7 +103,6 @@ func infoOf(rec store.Sandbox, spec Spec) Info {
 var (
 	envKeyRE  = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	nameRE    = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)
-	hostRE    = regexp.MustCompile(`^(\*\.)?([a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
 	maxMapLen = 64
 )
 
@@ -123,25 +122,18 @@ func validateMap(field string, m map[string]string, keyRE *regexp.Regexp) error 
 	return nil
 }
 
-// validateNetwork checks the shape of a network spec.
+// validateNetwork checks a network spec: the egress policy must parse.
 func validateNetwork(n Network) error {
-	switch n.Egress.Default {
-	case "deny", "allow":
-	default:
-		return errdefs.InvalidArgument(fmt.Sprintf("network.egress.default %q: want deny or allow", n.Egress.Default))
-	}
 	for _, list := range [][]string{n.Egress.Allow, n.Egress.Deny} {
 		if len(list) > 256 {
 			return errdefs.InvalidArgument("network.egress: at most 256 entries per list")
 		}
-		for _, h := range list {
-			if !hostRE.MatchString(strings.ToLower(h)) {
-				return errdefs.InvalidArgument(fmt.Sprintf("network.egress: %q is not a host name or *.wildcard", h))
-			}
-		}
+	}
+	if _, err := egress.NewPolicy(n.Egress.Default, n.Egress.Allow, n.Egress.Deny); err != nil {
+		return errdefs.InvalidArgument("network.egress: " + err.Error())
 	}
 	if len(n.Credentials) > 0 {
-		// Secrets and the gateway that injects them come with the egress issue.
+		// Secrets and the TLS interception that injects them are not served yet.
 		return errdefs.InvalidArgument(fmt.Sprintf("network.credentials: unknown secret %q", n.Credentials[0]))
 	}
 	return nil

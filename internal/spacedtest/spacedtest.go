@@ -15,11 +15,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/pkg/client"
 )
@@ -33,6 +35,9 @@ type Options struct {
 	Key      string   // SPACE_ADMIN_KEY; random if empty
 	Env      []string // extra environment
 	LogFile  string   // where spaced logs go; Home/spaced.log if empty
+	// Netns, if set, is the path of a network namespace spaced runs in (entered with nsenter,
+	// which changes nothing else); the client reaches it through a dialer in that namespace.
+	Netns string
 }
 
 // Daemon is a running spaced.
@@ -103,6 +108,11 @@ func (d *Daemon) launch(ctx context.Context) error {
 		return err
 	}
 	cmd := exec.Command(filepath.Join(o.Bin, "spaced"), "serve")
+	hc := http.DefaultClient
+	if o.Netns != "" {
+		cmd = exec.Command("nsenter", "--net="+o.Netns, "--", filepath.Join(o.Bin, "spaced"), "serve")
+		hc = &http.Client{Transport: &http.Transport{DialContext: NetnsDialer(o.Netns)}}
+	}
 	cmd.Env = append(os.Environ(),
 		"SPACE_HOME="+o.Home, "SPACE_LISTEN="+o.Listen, "SPACE_ADMIN_KEY="+o.Key,
 		"SPACE_INSTANCE="+o.Instance, "SPACE_RUNSC="+filepath.Join(o.Bin, "runsc"),
@@ -117,7 +127,7 @@ func (d *Daemon) launch(ctx context.Context) error {
 	d.cmd, d.logf = cmd, logf
 	d.done = make(chan error, 1)
 	go func() { d.done <- cmd.Wait() }()
-	c, err := client.New(d.URL, o.Key)
+	c, err := client.New(d.URL, o.Key, client.WithHTTPClient(hc))
 	if err != nil {
 		return err
 	}
@@ -130,7 +140,7 @@ func (d *Daemon) launch(ctx context.Context) error {
 			return fmt.Errorf("spaced exited during start (%v); log:\n%s", err, d.Log())
 		default:
 		}
-		if r, err := http.Get(d.URL + "/healthz"); err == nil {
+		if r, err := hc.Get(d.URL + "/healthz"); err == nil {
 			r.Body.Close()
 			if r.StatusCode == 200 {
 				return nil
@@ -295,4 +305,40 @@ func processesMentioning(s string) []string {
 		}
 	}
 	return out
+}
+
+// InNetns runs fn on a thread that has entered the network namespace at path; sockets fn
+// creates belong to that namespace for their whole life.
+func InNetns(path string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is never handed back to the scheduler: it dies with this goroutine.
+		goruntime.LockOSThread()
+		ns, err := os.Open(path)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer ns.Close()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", path, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// NetnsDialer dials from inside the network namespace at path.
+func NetnsDialer(path string) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := InNetns(path, func() error {
+			var d net.Dialer
+			var err error
+			c, err = d.DialContext(ctx, network, addr)
+			return err
+		})
+		return c, err
+	}
 }

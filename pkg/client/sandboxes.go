@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 // CreateSandbox creates a sandbox and returns it once it is running.
@@ -102,4 +103,26 @@ func (c *Client) ForkSandbox(ctx context.Context, id string, count int) ([]Sandb
 		return nil, err
 	}
 	return out.Sandboxes, nil
+}
+
+// EgressEvent is one decision of the egress gateway about a sandbox's connection or query.
+type EgressEvent struct {
+	Time     time.Time `json:"time"`
+	Host     string    `json:"host"`
+	IP       string    `json:"ip"`
+	Port     int       `json:"port"`
+	Proto    string    `json:"proto"`
+	Decision string    `json:"decision"` // allow or deny
+	Reason   string    `json:"reason"`
+}
+
+// EgressEvents returns sandbox id's recent egress decisions, oldest first.
+func (c *Client) EgressEvents(ctx context.Context, id string) ([]EgressEvent, error) {
+	var out struct {
+		Events []EgressEvent `json:"events"`
+	}
+	if err := c.do(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/egress")}, &out); err != nil {
+		return nil, err
+	}
+	return out.Events, nil
 }

@@ -105,6 +105,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
 			// rootfs's own /tmp over itself.
 			{Destination: "/tmp", Type: "bind", Source: filepath.Join(sb, "rootfs", "tmp"), Options: []string{"bind", "rw"}},
 			{Destination: AgentGuestPath, Type: "bind", Source: filepath.Join(sb, agentFile), Options: []string{"bind", "ro"}},
+			{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(sb, resolvFile), Options: []string{"bind", "ro"}},
 		},
 		Linux: &specs.Linux{
 			CgroupsPath: d.cgroupParent() + "/" + spec.ID,

@@ -27,6 +27,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -215,6 +216,9 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 		// The checkpointed memory holds the agent that was running then; restore exactly it.
 		agent = filepath.Join(ckpt, agentFile)
 	}
+	if err := writeResolvConf(filepath.Join(sb, resolvFile), spec.Network.Gateway); err != nil {
+		return fmt.Errorf("resolv.conf: %w", err)
+	}
 	// A private copy: rebuilding the agent on the host never changes a running or checkpointed
 	// sandbox's binary under it.
 	if err := copyFile(agent, filepath.Join(sb, agentFile), 0o755); err != nil {
@@ -248,6 +252,22 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(sb, infoFile), b, 0o600)
+}
+
+// resolvFile is the sandbox's /etc/resolv.conf (bind-mounted read-only, so it is never part of
+// its writable layer, snapshots or template layers built from it).
+const resolvFile = "resolv.conf"
+
+// writeResolvConf points the sandbox's resolver at its gateway. The file always has the same
+// length: a restore into another slot mounts a file with another address in its place (any
+// address would do, as every DNS packet a sandbox sends goes to the egress gateway).
+func writeResolvConf(path string, gw netip.Addr) error {
+	ns := "10.0.0.1"
+	if gw.IsValid() {
+		ns = gw.String()
+	}
+	body := fmt.Sprintf("nameserver %-15s\noptions attempts:2 timeout:2\n", ns)
+	return os.WriteFile(path, []byte(body), 0o644)
 }
 
 // infoFile in a sandbox directory records what the driver needs to know about the sandbox later
