@@ -1,0 +1,65 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/sandbox"
+)
+
+func (s *Server) handleUpdateNetwork(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req struct {
+		Egress *sandbox.Egress `json:"egress"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	var e sandbox.Egress
+	if req.Egress != nil {
+		e = *req.Egress
+	}
+	info, err := s.sb.UpdateNetwork(r.Context(), p.Tenant, r.PathValue("id"), e)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, toJSON(info))
+}
+
+// handleEgress returns a sandbox's recent egress decisions, or streams new ones (SSE, event
+// "egress") when the client accepts text/event-stream.
+func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	id := r.PathValue("id")
+	if !wantsSSE(r) {
+		events, err := s.sb.EgressEvents(p.Tenant, id)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if events == nil {
+			events = []egress.Event{}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"events": events})
+		return
+	}
+	c, cancel, err := s.sb.SubscribeEgress(p.Tenant, id)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	defer cancel()
+	sse := startSSE(w, http.StatusOK)
+	defer sse.close()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case ev := <-c:
+			if sse.send("egress", ev) != nil {
+				return
+			}
+		}
+	}
+}

@@ -1,0 +1,130 @@
+package egress
+
+import (
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+func TestPolicy(t *testing.T) {
+	p, err := NewPolicy("deny", []string{"api.example.com", "*.pypi.org", "203.0.113.0/24:443", "git.example.com:22"}, []string{"bad.pypi.org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr("203.0.113.7")
+	for _, tt := range []struct {
+		host string
+		ip   netip.Addr
+		port uint16
+		want bool
+	}{
+		{"api.example.com", netip.Addr{}, 443, true},
+		{"API.example.com", netip.Addr{}, 443, false}, // callers normalize; Decide does not
+		{"x.api.example.com", netip.Addr{}, 443, false},
+		{"files.pypi.org", netip.Addr{}, 443, true},
+		{"pypi.org", netip.Addr{}, 443, false}, // a wildcard is below the name only
+		{"bad.pypi.org", netip.Addr{}, 443, false},
+		{"", ip, 443, true},
+		{"", ip, 80, false},
+		{"git.example.com", netip.Addr{}, 22, true},
+		{"git.example.com", netip.Addr{}, 443, false},
+		{"other.com", netip.Addr{}, 443, false},
+	} {
+		if got, why := p.Decide(tt.host, tt.ip, tt.port); got != tt.want {
+			t.Errorf("Decide(%q, %v, %d) = %v (%s), want %v", tt.host, tt.ip, tt.port, got, why, tt.want)
+		}
+	}
+	if !p.MayResolve("files.pypi.org") || p.MayResolve("bad.pypi.org") || p.MayResolve("other.com") || !p.MayResolve("git.example.com") {
+		t.Error("MayResolve disagrees with the rules")
+	}
+	open, _ := NewPolicy("allow", nil, []string{"*.evil.test"})
+	if ok, _ := open.Decide("x.evil.test", netip.Addr{}, 443); ok {
+		t.Error("deny rule lost under default allow")
+	}
+	if ok, _ := open.Decide("fine.test", netip.Addr{}, 443); !ok || !open.MayResolve("fine.test") {
+		t.Error("default allow not applied")
+	}
+	for _, bad := range []string{"", "exa mple.com", "-x.com", "1.2.3.4/40", "host:0", "host:99999", "::1/128"} {
+		if _, err := ParseRule(bad); err == nil {
+			t.Errorf("ParseRule(%q) accepted", bad)
+		}
+	}
+}
+
+func TestBlocked(t *testing.T) {
+	host := []netip.Prefix{netip.MustParsePrefix("198.51.100.9/32")}
+	for ip, blocked := range map[string]bool{
+		"10.1.2.3": true, "172.16.0.1": true, "192.168.1.1": true, "127.0.0.1": true,
+		"169.254.169.254": true, "100.64.0.1": true, "224.0.0.1": true, "255.255.255.255": true,
+		"0.0.0.0": true, "::1": true, "2001:db8::1": true, "198.51.100.9": true,
+		"203.0.113.10": false, "198.51.100.10": false, "8.8.8.8": false,
+	} {
+		if got := blockedReason(netip.MustParseAddr(ip), host) != ""; got != blocked {
+			t.Errorf("%s: blocked %v, want %v", ip, got, blocked)
+		}
+	}
+}
+
+// clientHello returns the first flight of a real TLS client.
+func clientHello(t testing.TB, cfg *tls.Config) []byte {
+	t.Helper()
+	c1, c2 := net.Pipe()
+	go func() {
+		tls.Client(c1, cfg).Handshake()
+		c1.Close()
+	}()
+	buf := make([]byte, 64<<10)
+	c2.SetReadDeadline(time.Now().Add(5 * time.Second))
+	var got []byte
+	for {
+		n, err := c2.Read(buf)
+		got = append(got, buf[:n]...)
+		if err != nil || !sniff(got).need {
+			break
+		}
+	}
+	c2.Close()
+	return got
+}
+
+func TestSniff(t *testing.T) {
+	hello := clientHello(t, &tls.Config{ServerName: "Allowed.Test"})
+	if s := sniff(hello); s.kind != "tls" || s.name != "allowed.test" || s.ech || s.need {
+		t.Fatalf("TLS: %+v", s)
+	}
+	for i := 1; i < len(hello); i += 97 {
+		if s := sniff(hello[:i]); !s.need {
+			t.Fatalf("prefix of %d bytes decided: %+v", i, s)
+		}
+	}
+	if s := sniff(clientHello(t, &tls.Config{InsecureSkipVerify: true})); s.kind != "tls" || s.name != "" {
+		t.Fatalf("TLS without SNI: %+v", s)
+	}
+	req := []byte("GET /x HTTP/1.1\r\nHost: Example.COM:8080\r\nUser-Agent: t\r\n\r\n")
+	if s := sniff(req); s.kind != "http" || s.name != "example.com" {
+		t.Fatalf("HTTP: %+v", s)
+	}
+	if s := sniff(req[:20]); !s.need {
+		t.Fatalf("partial HTTP decided: %+v", s)
+	}
+	if s := sniff([]byte("GET / HTTP/1.1\r\nHost: 203.0.113.20\r\n\r\n")); s.kind != "http" || s.name != "" {
+		t.Fatalf("HTTP to an address: %+v", s)
+	}
+	if s := sniff([]byte("SSH-2.0-OpenSSH\r\n")); s.kind != "" || s.need {
+		t.Fatalf("SSH: %+v", s)
+	}
+}
+
+func FuzzSniff(f *testing.F) {
+	f.Add(clientHello(f, &tls.Config{ServerName: "a.example.com"}))
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))
+	f.Add([]byte{0x16, 3, 1, 0, 5, 1, 0, 0, 1, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		s := sniff(b)
+		if s.name != "" && NormalizeName(s.name) != s.name {
+			t.Fatalf("name %q not normalized", s.name)
+		}
+	})
+}
