@@ -45,6 +45,12 @@ func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
 	fmt.Fprintln(w, "# HELP space_execs_total Commands started through the API.")
 	fmt.Fprintln(w, "# TYPE space_execs_total counter")
 	fmt.Fprintf(w, "space_execs_total %d\n", s.metrics.execs.Load())
+	egress := s.sb.EgressCounts()
+	fmt.Fprintln(w, "# HELP space_egress_decisions_total Egress gateway decisions (connections and DNS queries) by decision.")
+	fmt.Fprintln(w, "# TYPE space_egress_decisions_total counter")
+	for _, d := range []string{"allow", "deny"} {
+		fmt.Fprintf(w, "space_egress_decisions_total{decision=%q} %d\n", d, egress[d])
+	}
 	s.metrics.mu.Lock()
 	keys := make([]string, 0, len(s.metrics.requests))
 	for k := range s.metrics.requests {

@@ -237,10 +237,17 @@ func TestIsolation(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		defaults := 0
 		for _, r := range routes {
 			if r.Dst == nil || r.Dst.IP.IsUnspecified() {
-				t.Errorf("default route in slot netns: %+v", r)
+				defaults++
+				if !r.Gw.Equal(a.HostIP.AsSlice()) {
+					t.Errorf("default route in slot netns not via the host link: %+v", r)
+				}
 			}
+		}
+		if defaults != 1 {
+			t.Errorf("%d default routes in slot netns, want 1 (via the host, where nftables decides)", defaults)
 		}
 		if lo, err := nh.LinkByName("lo"); err != nil || lo.Attrs().Flags&net.FlagUp == 0 {
 			t.Errorf("lo in slot netns is not up (%v)", err)

@@ -66,6 +66,14 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, e Egress
 	return *b.view.Load(), nil
 }
 
+// EgressCounts returns the gateway's decisions so far, by decision.
+func (m *Manager) EgressCounts() map[string]int64 {
+	if m.cfg.Audit == nil {
+		return map[string]int64{}
+	}
+	return m.cfg.Audit.Counts()
+}
+
 // EgressEvents returns a sandbox's recent egress decisions.
 func (m *Manager) EgressEvents(tenant, id string) ([]egress.Event, error) {
 	if _, err := m.lookup(tenant, id); err != nil {
