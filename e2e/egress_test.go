@@ -193,4 +193,49 @@ while True:
 	if _, err := c.UpdateNetwork(ctx, sb.ID, client.Egress{Default: "deny", Allow: []string{"bad name!"}}); err == nil {
 		t.Error("a malformed policy was accepted")
 	}
+
+	// Inspection: the gateway terminates TLS with the installation CA (trusted in the sandbox
+	// through the system bundle), verifies the real server, and refuses a Host other than the
+	// TLS server name — domain fronting both ways.
+	insp := create(t, c, client.CreateSandboxRequest{Template: "base", Network: &client.NetworkSpec{Egress: &client.Egress{Default: "deny", Allow: []string{"allowed.test"}, Inspect: true}}}).ID
+	out = run(t, c, insp, `python3 - <<'EOF'
+import json, socket, ssl, urllib.request
+res = {}
+def tls_req(name, host):
+    ctx = ssl.create_default_context()
+    s = ctx.wrap_socket(socket.create_connection(('203.0.113.10', 443), timeout=4), server_hostname=name)
+    s.sendall(('GET /fronted HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n' % host).encode())
+    data = b''
+    while True:
+        b = s.recv(4096)
+        if not b: break
+        data += b
+    return data.decode(errors='replace')
+for name, fn in [('control', lambda: urllib.request.urlopen('https://allowed.test/inspected', timeout=4).read().decode()),
+                 ('front_host', lambda: tls_req('allowed.test', 'denied.test')),
+                 ('front_sni', lambda: tls_req('denied.test', 'allowed.test'))]:
+    try: res[name] = 'ok ' + fn()[:200]
+    except Exception as e: res[name] = 'error ' + repr(e)[:200]
+print(json.dumps(res))
+EOF`)
+	var fr map[string]string
+	if err := json.Unmarshal([]byte(out.Stdout), &fr); err != nil {
+		t.Fatalf("inspection attacker: %v: %+v", err, out)
+	}
+	t.Logf("inspected: %v", fr)
+	if !strings.Contains(fr["control"], "internet:"+inetAllowed+":allowed.test") || !in.saw("https sni=allowed.test request at "+inetAllowed, "host=allowed.test", "from "+spacedAddr) {
+		t.Errorf("control through the inspecting gateway failed: %v", fr["control"])
+	}
+	if !strings.Contains(fr["front_host"], "421 Misdirected") {
+		t.Errorf("Host other than SNI not refused: %v", fr["front_host"])
+	}
+	if strings.HasPrefix(fr["front_sni"], "ok") {
+		t.Errorf("denied SNI with an allowed Host got through: %v", fr["front_sni"])
+	}
+	if in.saw("host=denied.test", "sni=allowed.test") || in.saw("sni=denied.test") {
+		t.Errorf("a fronted request reached the internet: %v", in.Seen())
+	}
+	if res := run(t, c, insp, "grep -l 'PRIVATE KEY' /etc/space/* 2>/dev/null; ls /etc/space"); strings.Contains(res.Stdout, "PRIVATE") || !strings.Contains(res.Stdout, "ca.crt") {
+		t.Errorf("/etc/space in the sandbox: %q", res.Stdout)
+	}
 }

@@ -15,7 +15,9 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -261,7 +263,13 @@ func startSpacedIn(t *testing.T, in *internet, env ...string) *spacedtest.Daemon
 	t.Helper()
 	bin := binDir(t)
 	home := t.TempDir()
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates, "SPACE_EGRESS_DNS=" + inetDNS + ":53", "SPACE_WARM_POOL=0"}, env...)
+	// The gateway verifies the internet's servers against the internet's CA.
+	caFile := filepath.Join(t.TempDir(), "internet-ca.pem")
+	if err := os.WriteFile(caFile, in.caPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates, "SPACE_EGRESS_DNS=" + inetDNS + ":53",
+		"SPACE_EGRESS_CA=" + caFile, "SPACE_WARM_POOL=0"}, env...)
 	d, err := spacedtest.Start(context.Background(), spacedtest.Options{Bin: bin, Home: home, Env: env, Netns: nsPath(in.hostNS)})
 	if err != nil {
 		t.Fatal(err)

@@ -123,9 +123,19 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The egress gateway: every sandbox's TCP and DNS out is redirected to it (network/nft.go).
 	audit := egress.NewAudit()
+	ca, err := egress.LoadOrCreateCA(cfg.Home)
+	if err != nil {
+		return err
+	}
+	var extraRoots []byte
+	if cfg.EgressCA != "" {
+		if extraRoots, err = os.ReadFile(cfg.EgressCA); err != nil {
+			return fmt.Errorf("SPACE_EGRESS_CA: %w", err)
+		}
+	}
 	var mgrRef atomic.Pointer[sandbox.Manager]
 	gw, err := egress.Start(egress.Config{
-		Upstream: cfg.EgressDNS, Audit: audit, Logger: log.With("component", "egress"),
+		Upstream: cfg.EgressDNS, Audit: audit, Logger: log.With("component", "egress"), CA: ca, ExtraRoots: extraRoots,
 		Lookup: func(ip netip.Addr) (egress.Target, bool) {
 			if m := mgrRef.Load(); m != nil {
 				return m.EgressTarget(ip)
@@ -166,7 +176,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
-		Chunks: chunks, Audit: audit,
+		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(),
 	})
 	if err != nil {
 		return err

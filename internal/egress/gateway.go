@@ -2,6 +2,7 @@ package egress
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -19,8 +20,10 @@ import (
 
 // Target is the sandbox a connection or query comes from, and its policy.
 type Target struct {
-	SandboxID string
-	Policy    Policy
+	SandboxID   string
+	Policy      Policy
+	Inspect     bool         // intercept every TLS connection (the policy asks for inspection)
+	Credentials []Credential // headers set on requests to their hosts (intercepted)
 }
 
 // Config holds a gateway's dependencies.
@@ -34,6 +37,12 @@ type Config struct {
 	Blocked func() []netip.Prefix
 	Audit   *Audit
 	Logger  *slog.Logger
+	// CA signs the certificates of intercepted hosts; without it nothing is intercepted (and
+	// sandboxes with credentials or inspection get no TLS through).
+	CA *CA
+	// ExtraRoots are PEM certificates trusted for upstream hosts besides the system's
+	// (SPACE_EGRESS_CA).
+	ExtraRoots []byte
 }
 
 // Gateway is the egress gateway of one spaced instance: a transparent TCP proxy and a DNS
@@ -42,6 +51,7 @@ type Gateway struct {
 	cfg    Config
 	log    *slog.Logger
 	res    *net.Resolver
+	roots  *x509.CertPool
 	tcp    net.Listener
 	udp    net.PacketConn
 	dns    *dns.Server
@@ -73,6 +83,9 @@ func Start(cfg Config) (*Gateway, error) {
 		}}
 	}
 	var err error
+	if g.roots, err = rootPool(cfg.ExtraRoots); err != nil {
+		return nil, fmt.Errorf("egress: SPACE_EGRESS_CA: %w", err)
+	}
 	if g.tcp, err = net.Listen("tcp4", "0.0.0.0:0"); err != nil {
 		return nil, fmt.Errorf("egress: proxy: %w", err)
 	}
@@ -212,6 +225,14 @@ func (g *Gateway) serveConn(c net.Conn) {
 	}
 	if len(ok4) == 0 {
 		deny(why, s)
+		return
+	}
+	if s.kind == "tls" && tgt.inspect(s.name, dst.Port()) {
+		if g.cfg.CA == nil {
+			deny("inspection asked for but the gateway has no CA", s)
+			return
+		}
+		g.intercept(ctx, c, buf[:n], s.name, ok4, dst.Port(), tgt, ev)
 		return
 	}
 	var up net.Conn

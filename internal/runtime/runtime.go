@@ -42,8 +42,12 @@ type Spec struct {
 	AgentToken string            // access token the agent demands on every call
 	Env        map[string]string // environment of the agent (and so default env of commands)
 	Hostname   string
-	Resources  Resources
-	Network    Network
+	// CACert (PEM), if set, is trusted in the sandbox: at /etc/space/ca.crt, appended to the
+	// system bundle (/etc/space/ca-bundle.crt, also over the distribution's bundle where there
+	// is one). The egress gateway's interception CA.
+	CACert    []byte
+	Resources Resources
+	Network   Network
 }
 
 // State is what a driver knows about one of its sandboxes.

@@ -237,7 +237,13 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, tpl Tem
 
 // runtimeSpec is what the runtime needs to start (or restore) b from tpl in b's slot.
 func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
-	env := make(map[string]string, len(tpl.Env)+len(b.rec.Env))
+	env := make(map[string]string, len(tpl.Env)+len(b.rec.Env)+4)
+	if len(m.cfg.EgressCA) > 0 {
+		for _, k := range []string{"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE"} {
+			env[k] = "/etc/space/ca-bundle.crt"
+		}
+		env["NODE_EXTRA_CA_CERTS"] = "/etc/space/ca.crt"
+	}
 	for k, v := range tpl.Env {
 		env[k] = v
 	}
@@ -247,7 +253,7 @@ func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
 	slot := b.slot
 	return runtime.Spec{
 		ID: b.rec.ID, RootFS: tpl.RootFS, Layers: tpl.Layers, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
-		Env: env, Hostname: hostname(b.rec.ID),
+		Env: env, Hostname: hostname(b.rec.ID), CACert: m.cfg.EgressCA,
 		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
 		Network: runtime.Network{
 			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,

@@ -30,7 +30,7 @@ func (m *Manager) target(id string, e Egress) (egress.Target, bool) {
 		m.log.Warn("egress policy does not parse; denying", "id", id, "err", err)
 		p = egress.Policy{Default: "deny"}
 	}
-	return egress.Target{SandboxID: id, Policy: p}, true
+	return egress.Target{SandboxID: id, Policy: p, Inspect: e.Inspect}, true
 }
 
 // UpdateNetwork replaces a sandbox's egress policy; new connections and queries follow it at once.

@@ -71,6 +71,7 @@ type Config struct {
 	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
 	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
 	Audit           *egress.Audit   // egress decisions of the gateway (optional)
+	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.

@@ -23,6 +23,9 @@ type Egress struct {
 	Default string   `json:"default"`
 	Allow   []string `json:"allow"`
 	Deny    []string `json:"deny"`
+	// Inspect has the gateway terminate every TLS connection with the installation's CA (which
+	// every sandbox trusts) and check that each request's Host is the TLS server name.
+	Inspect bool `json:"inspect,omitempty"`
 }
 
 // Network is a sandbox's network settings.

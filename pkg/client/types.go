@@ -56,6 +56,9 @@ type Egress struct {
 	Default string   `json:"default,omitempty"`
 	Allow   []string `json:"allow,omitempty"`
 	Deny    []string `json:"deny,omitempty"`
+	// Inspect has the gateway intercept TLS (with the installation CA every sandbox trusts) and
+	// refuse requests whose Host is not the TLS server name.
+	Inspect bool `json:"inspect,omitempty"`
 }
 
 // Parent is where a sandbox came from, when it was made from a snapshot or a fork.

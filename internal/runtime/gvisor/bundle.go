@@ -2,6 +2,7 @@ package gvisor
 
 import (
 	"maps"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -80,7 +81,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
 
 	netns := specs.LinuxNamespace{Type: specs.NetworkNamespace, Path: spec.Network.NetNSPath}
 	caps := capabilities()
-	return &specs.Spec{
+	out := &specs.Spec{
 		Version: specs.Version,
 		Process: &specs.Process{
 			Args: []string{AgentGuestPath},
@@ -123,4 +124,53 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
 			},
 		},
 	}
+	if len(spec.CACert) > 0 {
+		out.Mounts = append(out.Mounts,
+			specs.Mount{Destination: "/etc/space/ca.crt", Type: "bind", Source: filepath.Join(sb, caFile), Options: []string{"bind", "ro"}},
+			specs.Mount{Destination: "/etc/space/ca-bundle.crt", Type: "bind", Source: filepath.Join(sb, caBundleFile), Options: []string{"bind", "ro"}})
+		if systemBundle(spec) != "" {
+			out.Mounts = append(out.Mounts, specs.Mount{Destination: "/" + systemBundlePath, Type: "bind", Source: filepath.Join(sb, caBundleFile), Options: []string{"bind", "ro"}})
+		}
+	}
+	return out
+}
+
+// The files of an installed CA in a sandbox directory, and the distribution bundle it joins.
+const (
+	caFile           = "ca.crt"
+	caBundleFile     = "ca-bundle.crt"
+	systemBundlePath = "etc/ssl/certs/ca-certificates.crt"
+)
+
+// systemBundle returns the host path of the template's CA bundle (its topmost layer that has
+// one), or "".
+func systemBundle(spec runtime.Spec) string {
+	layers := append(slices.Clone(spec.Layers), spec.RootFS)
+	slices.Reverse(layers)
+	for _, l := range layers {
+		p := filepath.Join(l, systemBundlePath)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return p
+		}
+	}
+	return ""
+}
+
+// writeCA writes the sandbox's CA files: the certificate, and the system bundle with it appended.
+func writeCA(sb string, spec runtime.Spec) error {
+	if len(spec.CACert) == 0 {
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(sb, caFile), spec.CACert, 0o644); err != nil {
+		return err
+	}
+	var bundle []byte
+	if p := systemBundle(spec); p != "" {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		bundle = append(b, '\n')
+	}
+	return os.WriteFile(filepath.Join(sb, caBundleFile), append(bundle, spec.CACert...), 0o644)
 }

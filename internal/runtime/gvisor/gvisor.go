@@ -219,6 +219,9 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	if err := writeResolvConf(filepath.Join(sb, resolvFile), spec.Network.Gateway); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
+	if err := writeCA(sb, spec); err != nil {
+		return fmt.Errorf("CA: %w", err)
+	}
 	// A private copy: rebuilding the agent on the host never changes a running or checkpointed
 	// sandbox's binary under it.
 	if err := copyFile(agent, filepath.Join(sb, agentFile), 0o755); err != nil {
