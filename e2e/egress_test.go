@@ -3,10 +3,14 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/space-sandbox/space/internal/spacedtest"
 	"github.com/space-sandbox/space/pkg/client"
 )
 
@@ -238,4 +242,98 @@ EOF`)
 	if res := run(t, c, insp, "grep -l 'PRIVATE KEY' /etc/space/* 2>/dev/null; ls /etc/space"); strings.Contains(res.Stdout, "PRIVATE") || !strings.Contains(res.Stdout, "ca.crt") {
 		t.Errorf("/etc/space in the sandbox: %q", res.Stdout)
 	}
+}
+
+// TestEgressCredentials: a sandbox holds only a placeholder; the gateway sets the real value on
+// TLS requests to the secret's host, after verifying it, replacing what the sandbox sent; never
+// over plain HTTP, never to another host; the value is in no file, environment or checkpoint of
+// the sandbox, and not in the database in the clear.
+func TestEgressCredentials(t *testing.T) {
+	in := newInternet(t)
+	d := startSpacedIn(t, in)
+	c := d.Client
+	ctx := ctxT(t)
+	secret := "ghs_" + spacedtest.RandomHex(16)
+	if err := c.PutSecret(ctx, "github", client.PutSecretRequest{Value: secret, Hosts: []string{"allowed.test"}, Format: "token {value}"}); err != nil {
+		t.Fatal(err)
+	}
+	list, err := c.ListSecrets(ctx)
+	if err != nil || len(list) != 1 || list[0].Name != "github" || list[0].Header != "Authorization" {
+		t.Fatalf("secrets: %+v %v", list, err)
+	}
+	if _, err := c.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "minimal", Network: &client.NetworkSpec{Credentials: []string{"gitlab"}}}); err == nil {
+		t.Fatal("a sandbox with an unknown credential was created")
+	}
+	sb := create(t, c, client.CreateSandboxRequest{Template: "base", Network: &client.NetworkSpec{
+		Egress: &client.Egress{Default: "deny", Allow: []string{"allowed.test", "denied.test"}}, Credentials: []string{"github"}}}).ID
+	if env := run(t, c, sb, "env").Stdout; strings.Contains(env, secret) || !strings.Contains(env, "SPACE_SECRET_GITHUB=space-placeholder-github") {
+		t.Fatalf("sandbox environment: %q", env)
+	}
+	if _, err := c.Upload(ctx, sb, "/root/ca.pem", bytes.NewReader(in.caPEM), nil); err != nil { // not intercepted: the real server's CA
+		t.Fatal(err)
+	}
+	out := run(t, c, sb, `python3 - <<'EOF'
+import os, urllib.request
+import ssl
+def get(url, auth, ctx=None):
+    try: return urllib.request.urlopen(urllib.request.Request(url, headers={'Authorization': auth}), timeout=4, context=ctx).read().decode().strip()
+    except Exception as e: return 'error ' + repr(e)
+ph = 'token ' + os.environ['SPACE_SECRET_GITHUB']
+print(get('https://allowed.test/tls', 'token forged-by-the-sandbox'))
+print(get('http://allowed.test/plain', ph))
+print(get('https://denied.test/other', ph, ssl.create_default_context(cafile='/root/ca.pem')))
+EOF`)
+	t.Logf("sandbox saw: %q", out.Stdout)
+	if !in.saw("https sni=allowed.test request at "+inetAllowed, "path=/tls", "auth=token "+secret) {
+		t.Errorf("the credential was not set on the TLS request to its host: %v", in.Seen())
+	}
+	if in.saw("forged-by-the-sandbox") {
+		t.Error("the sandbox's own header value went out instead of being replaced")
+	}
+	for _, l := range in.Seen() {
+		if strings.Contains(l, secret) && !strings.Contains(l, "path=/tls") {
+			t.Errorf("the credential went where it must not: %s", l)
+		}
+	}
+	if !in.saw("http request at "+inetAllowed, "path=/plain", "auth=token space-placeholder-github") || !in.saw("request at "+inetDenied, "path=/other", "auth=token space-placeholder-github") {
+		t.Errorf("plain HTTP and other hosts should carry the placeholder untouched: %v", in.Seen())
+	}
+	// Nowhere in the sandbox: its files (its writable layer, searched from the host: a search
+	// inside would put the value into the sandbox), and its memory as a checkpoint image.
+	home := d.Opts.Home
+	if hits := grepTree(t, filepath.Join(home, "runtime", "gvisor", "sandboxes", sb, "upper"), secret); len(hits) > 0 {
+		t.Errorf("the credential is in the sandbox's files: %v", hits)
+	}
+	if _, err := c.PauseSandbox(ctx, sb); err != nil {
+		t.Fatal(err)
+	}
+	if hits := grepTree(t, filepath.Join(home, "checkpoints", sb), secret); len(hits) > 0 {
+		t.Errorf("the credential is in the sandbox's checkpoint: %v", hits)
+	}
+	if len(grepTree(t, filepath.Join(home, "checkpoints", sb), "space-placeholder-github")) == 0 {
+		t.Error("control: the placeholder is not found in the checkpoint either, so the grep proves nothing")
+	}
+	if hits := grepTree(t, home, secret); len(hits) > 0 {
+		t.Errorf("the credential is stored in the clear: %v", hits)
+	}
+	if err := c.DeleteSecret(ctx, "github"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// grepTree lists the files under dir that contain s.
+func grepTree(t *testing.T, dir, s string) []string {
+	t.Helper()
+	var hits []string
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err == nil && bytes.Contains(b, []byte(s)) {
+			hits = append(hits, p)
+		}
+		return nil
+	})
+	return hits
 }

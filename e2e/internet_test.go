@@ -203,7 +203,7 @@ func (in *internet) startServers() {
 			if r.TLS != nil {
 				tlsInfo = "https sni=" + r.TLS.ServerName
 			}
-			in.record("%s request at %s host=%s from %s", tlsInfo, ip, r.Host, r.RemoteAddr)
+			in.record("%s request at %s host=%s from %s path=%s auth=%s", tlsInfo, ip, r.Host, r.RemoteAddr, r.URL.Path, r.Header.Get("Authorization"))
 			fmt.Fprintf(w, "internet:%s:%s\n", ip, r.Host)
 		})
 		plain := in.listen(in.inetNS, "tcp4", ip+":80")

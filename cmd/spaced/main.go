@@ -24,6 +24,7 @@ import (
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
 	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/gvisor"
@@ -123,6 +124,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	// The egress gateway: every sandbox's TCP and DNS out is redirected to it (network/nft.go).
 	audit := egress.NewAudit()
+	box, err := secrets.LoadOrCreate(cfg.Home)
+	if err != nil {
+		return err
+	}
 	ca, err := egress.LoadOrCreateCA(cfg.Home)
 	if err != nil {
 		return err
@@ -176,7 +181,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
-		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(),
+		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Secrets: box,
 	})
 	if err != nil {
 		return err

@@ -63,3 +63,41 @@ func (s *Server) handleEgress(w http.ResponseWriter, r *http.Request, p auth.Pri
 		}
 	}
 }
+
+func (s *Server) handlePutSecret(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req struct {
+		Value  string   `json:"value"`
+		Hosts  []string `json:"hosts"`
+		Header string   `json:"header"`
+		Format string   `json:"format"`
+	}
+	if err := decodeJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	err := s.sb.PutSecret(r.Context(), p.Tenant, r.PathValue("name"), sandbox.SecretRequest{
+		Value: req.Value, Hosts: req.Hosts, Header: req.Header, Format: req.Format,
+	})
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	list, err := s.sb.ListSecrets(r.Context(), p.Tenant)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"secrets": list})
+}
+
+func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	if err := s.sb.DeleteSecret(r.Context(), p.Tenant, r.PathValue("name")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}

@@ -92,6 +92,10 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/fs/move", s.handleMove)
 	a("GET /v1/sandboxes/{id}/fs/watch", s.handleWatch)
 
+	a("PUT /v1/secrets/{name}", s.handlePutSecret)
+	a("GET /v1/secrets", s.handleListSecrets)
+	a("DELETE /v1/secrets/{name}", s.handleDeleteSecret)
+
 	a("GET /v1/templates", s.handleListTemplates)
 	a("POST /v1/templates", s.handleBuildTemplate)
 	a("DELETE /v1/templates/{name}", s.handleDeleteTemplate)

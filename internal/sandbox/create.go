@@ -132,6 +132,21 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	if err := validateNetwork(spec.Network); err != nil {
 		return store.Sandbox{}, Spec{}, err
 	}
+	if err := m.checkCredentials(ctx, tenant, spec.Network.Credentials); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
+	if len(spec.Network.Credentials) > 0 {
+		// The sandbox sees a placeholder per credential, never the value.
+		env := make(map[string]string, len(req.Env)+len(spec.Network.Credentials))
+		for k, v := range req.Env {
+			env[k] = v
+		}
+		for _, c := range spec.Network.Credentials {
+			k, v := placeholderVar(c)
+			env[k] = v
+		}
+		req.Env = env
+	}
 	if a := req.AutoSnapshot; a != nil {
 		if a.IntervalSeconds < minAutoInterval || a.IntervalSeconds > 86400 {
 			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", minAutoInterval))

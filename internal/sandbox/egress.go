@@ -18,7 +18,9 @@ func (m *Manager) EgressTarget(ip netip.Addr) (egress.Target, bool) {
 			if v.State != StateRunning {
 				return egress.Target{}, false
 			}
-			return m.target(v.ID, v.Spec.Network.Egress)
+			t, ok := m.target(v.ID, v.Spec.Network.Egress)
+			t.Credentials = m.credentials(v.Tenant, v.Spec.Network.Credentials)
+			return t, ok
 		}
 	}
 	return egress.Target{}, false
@@ -47,6 +49,9 @@ func (m *Manager) UpdateNetwork(ctx context.Context, tenant, id string, e Egress
 	n := b.spec.Network
 	n.Egress = e
 	if err := validateNetwork(n); err != nil {
+		return Info{}, err
+	}
+	if err := m.checkCredentials(ctx, tenant, n.Credentials); err != nil {
 		return Info{}, err
 	}
 	switch State(b.rec.State) {

@@ -21,6 +21,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/template"
 )
@@ -72,6 +73,7 @@ type Config struct {
 	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
 	Audit           *egress.Audit   // egress decisions of the gateway (optional)
 	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
+	Secrets         *secrets.Box    // seals credential values (optional: no secrets without it)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.

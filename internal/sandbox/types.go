@@ -135,9 +135,13 @@ func validateNetwork(n Network) error {
 	if _, err := egress.NewPolicy(n.Egress.Default, n.Egress.Allow, n.Egress.Deny); err != nil {
 		return errdefs.InvalidArgument("network.egress: " + err.Error())
 	}
-	if len(n.Credentials) > 0 {
-		// Secrets and the TLS interception that injects them are not served yet.
-		return errdefs.InvalidArgument(fmt.Sprintf("network.credentials: unknown secret %q", n.Credentials[0]))
+	if len(n.Credentials) > 16 {
+		return errdefs.InvalidArgument("network.credentials: at most 16")
+	}
+	for _, c := range n.Credentials {
+		if !secretNameRE.MatchString(c) {
+			return errdefs.InvalidArgument(fmt.Sprintf("network.credentials: %q is not a secret name", c))
+		}
 	}
 	return nil
 }

@@ -56,6 +56,18 @@ type Snapshot struct {
 	StoredBytes int64 // bytes it added to the chunk store
 }
 
+// Secret is a stored credential. Its value is only ever stored sealed (Ciphertext); the store
+// never sees it in the clear.
+type Secret struct {
+	Tenant     string
+	Name       string
+	Hosts      []string // host rules the gateway sets it for
+	Header     string
+	Format     string // e.g. "Bearer {value}"
+	Ciphertext []byte
+	CreatedAt  time.Time
+}
+
 // SnapshotFilter selects snapshots in ListSnapshots. Empty fields match everything.
 type SnapshotFilter struct {
 	Tenant    string
@@ -92,6 +104,13 @@ type Store interface {
 	// ListSnapshots returns matching snapshots ordered by creation time.
 	ListSnapshots(ctx context.Context, f SnapshotFilter) ([]Snapshot, error)
 	DeleteSnapshot(ctx context.Context, id string) error
+
+	// PutSecret creates or replaces the secret (Tenant, Name).
+	PutSecret(ctx context.Context, s Secret) error
+	GetSecret(ctx context.Context, tenant, name string) (Secret, error)
+	// ListSecrets returns a tenant's secrets ordered by name.
+	ListSecrets(ctx context.Context, tenant string) ([]Secret, error)
+	DeleteSecret(ctx context.Context, tenant, name string) error
 
 	Close() error
 }

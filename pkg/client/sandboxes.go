@@ -126,3 +126,40 @@ func (c *Client) EgressEvents(ctx context.Context, id string) ([]EgressEvent, er
 	}
 	return out.Events, nil
 }
+
+// Secret describes a stored credential (never its value).
+type Secret struct {
+	Name      string    `json:"name"`
+	Hosts     []string  `json:"hosts"`
+	Header    string    `json:"header"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// PutSecretRequest stores a credential for the egress gateway to set on TLS requests to Hosts.
+type PutSecretRequest struct {
+	Value  string   `json:"value"`
+	Hosts  []string `json:"hosts"`
+	Header string   `json:"header,omitempty"` // default Authorization
+	Format string   `json:"format,omitempty"` // default "Bearer {value}"
+}
+
+// PutSecret creates or replaces the secret name.
+func (c *Client) PutSecret(ctx context.Context, name string, req PutSecretRequest) error {
+	return c.do(ctx, request{method: http.MethodPut, path: "/v1/secrets/" + url.PathEscape(name), json: req}, nil)
+}
+
+// ListSecrets lists the tenant's secrets.
+func (c *Client) ListSecrets(ctx context.Context) ([]Secret, error) {
+	var out struct {
+		Secrets []Secret `json:"secrets"`
+	}
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/secrets"}, &out); err != nil {
+		return nil, err
+	}
+	return out.Secrets, nil
+}
+
+// DeleteSecret deletes the secret name.
+func (c *Client) DeleteSecret(ctx context.Context, name string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name)}, nil)
+}

@@ -64,6 +64,18 @@ CREATE TABLE snapshots (
 CREATE INDEX snapshots_sandbox_created ON snapshots (sandbox_id, created_at);
 CREATE INDEX snapshots_tenant_created ON snapshots (tenant, created_at);
 `},
+	{name: "secrets", sql: `
+CREATE TABLE secrets (
+	tenant     TEXT NOT NULL,
+	name       TEXT NOT NULL,
+	hosts      TEXT NOT NULL CHECK (json_valid(hosts)),
+	header     TEXT NOT NULL,
+	format     TEXT NOT NULL,
+	ciphertext BLOB NOT NULL,
+	created_at TEXT NOT NULL,
+	PRIMARY KEY (tenant, name)
+) STRICT;
+`},
 }
 
 // migrate brings the schema up to date in one transaction, so that a crash leaves either the old

@@ -35,6 +35,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"ListOrder", testListOrder},
 		{"ConcurrentWriters", testConcurrentWriters},
 		{"Snapshots", testSnapshots},
+		{"Secrets", testSecrets},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -487,5 +488,43 @@ func testSnapshots(t *testing.T, s store.Store) {
 	}
 	if err := s.DeleteSnapshot(ctx, "snp_1"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
+	}
+}
+
+func testSecrets(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	at := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	a := store.Secret{Tenant: "t1", Name: "github", Hosts: []string{"api.github.com"}, Header: "Authorization", Format: "Bearer {value}", Ciphertext: []byte{1, 2, 3}, CreatedAt: at}
+	if err := s.PutSecret(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutSecret(ctx, store.Secret{Tenant: "t2", Name: "github", Hosts: []string{"x.test"}, Header: "X", Format: "{value}", Ciphertext: []byte{9}, CreatedAt: at}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.GetSecret(ctx, "t1", "github")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(a, got); diff != "" {
+		t.Fatalf("round trip (-want +got):\n%s", diff)
+	}
+	a.Ciphertext, a.Hosts = []byte{4, 5}, []string{"a.test", "*.b.test"}
+	if err := s.PutSecret(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := s.GetSecret(ctx, "t1", "github"); len(got.Ciphertext) != 2 || len(got.Hosts) != 2 {
+		t.Fatalf("replace: %+v", got)
+	}
+	if list, err := s.ListSecrets(ctx, "t1"); err != nil || len(list) != 1 {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	if err := s.DeleteSecret(ctx, "t1", "github"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.GetSecret(ctx, "t1", "github"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	if _, err := s.GetSecret(ctx, "t2", "github"); err != nil {
+		t.Fatalf("another tenant's secret of the same name: %v", err)
 	}
 }
