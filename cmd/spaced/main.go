@@ -24,11 +24,11 @@ import (
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
 	"github.com/space-sandbox/space/internal/egress"
-	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/gvisor"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
 )
