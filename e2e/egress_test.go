@@ -90,8 +90,11 @@ print(json.dumps(res))
 // controls must get through.
 func TestEgressRedTeam(t *testing.T) {
 	in := newInternet(t)
-	in.hostListener(spacedAddr + ":2222")
-	in.hostListener("0.0.0.0:2223")
+	for _, addr := range []string{spacedAddr + ":2222", "0.0.0.0:2223"} {
+		if err := in.HostListener(addr); err != nil {
+			t.Fatal(err)
+		}
+	}
 	d := startSpacedIn(t, in)
 	c := d.Client
 	ctx := ctxT(t)
@@ -115,7 +118,7 @@ while True:
 	}
 	attackerIP := myIP(sb.ID)
 	gatewayIP := strings.TrimSpace(run(t, c, sb.ID, `awk '/nameserver/ {print $2}' /etc/resolv.conf`).Stdout)
-	if _, err := c.Upload(ctx, sb.ID, "/root/ca.pem", bytes.NewReader(in.caPEM), nil); err != nil {
+	if _, err := c.Upload(ctx, sb.ID, "/root/ca.pem", bytes.NewReader(in.CAPEM), nil); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.Upload(ctx, sb.ID, "/root/attack.py", strings.NewReader(attacker), nil); err != nil {
@@ -139,7 +142,7 @@ while True:
 			t.Errorf("control %s failed: %+v", name, got[name])
 		}
 	}
-	if !in.saw("http request at "+inetAllowed, "host=allowed.test", "from "+spacedAddr) || !in.saw("https sni=allowed.test request at "+inetAllowed) {
+	if !in.Saw("http request at "+inetAllowed, "host=allowed.test", "from "+spacedAddr) || !in.Saw("https sni=allowed.test request at "+inetAllowed) {
 		t.Errorf("allowed requests did not reach the internet: %v", in.Seen())
 	}
 	// Every other attempt fails, and nothing of it reaches the far side.
@@ -161,7 +164,7 @@ while True:
 		{"from " + attackerIP},      // nothing from the sandbox's own address, ever
 		{"dns query", "from " + attackerIP},
 	} {
-		if in.saw(bad...) {
+		if in.Saw(bad...) {
 			t.Errorf("reached the far side (%v): %v", bad, in.Seen())
 		}
 	}
@@ -169,7 +172,7 @@ while True:
 		t.Errorf("another sandbox was reached: %q", res.Stdout)
 	}
 	// The spoofed /etc/hosts entry changed nothing: the request went to allowed.test's real address.
-	if !got["hosts_spoof"].OK || !in.saw("request at "+inetAllowed, "host=allowed.test") || !strings.Contains(got["hosts_spoof"].Detail, "internet:"+inetAllowed) {
+	if !got["hosts_spoof"].OK || !in.Saw("request at "+inetAllowed, "host=allowed.test") || !strings.Contains(got["hosts_spoof"].Detail, "internet:"+inetAllowed) {
 		t.Errorf("spoofed name: %+v", got["hosts_spoof"])
 	}
 
@@ -191,7 +194,7 @@ while True:
 		t.Fatal(err)
 	}
 	out := run(t, c, sb.ID, `python3 -c "import urllib.request;print(urllib.request.urlopen('http://denied.test/', timeout=4).read().decode())"`)
-	if !strings.Contains(out.Stdout, "internet:"+inetDenied+":denied.test") || !in.saw("http request at "+inetDenied, "host=denied.test") {
+	if !strings.Contains(out.Stdout, "internet:"+inetDenied+":denied.test") || !in.Saw("http request at "+inetDenied, "host=denied.test") {
 		t.Errorf("after allowing denied.test: %+v", out)
 	}
 	if _, err := c.UpdateNetwork(ctx, sb.ID, client.Egress{Default: "deny", Allow: []string{"bad name!"}}); err == nil {
@@ -227,7 +230,7 @@ EOF`)
 		t.Fatalf("inspection attacker: %v: %+v", err, out)
 	}
 	t.Logf("inspected: %v", fr)
-	if !strings.Contains(fr["control"], "internet:"+inetAllowed+":allowed.test") || !in.saw("https sni=allowed.test request at "+inetAllowed, "host=allowed.test", "from "+spacedAddr) {
+	if !strings.Contains(fr["control"], "internet:"+inetAllowed+":allowed.test") || !in.Saw("https sni=allowed.test request at "+inetAllowed, "host=allowed.test", "from "+spacedAddr) {
 		t.Errorf("control through the inspecting gateway failed: %v", fr["control"])
 	}
 	if !strings.Contains(fr["front_host"], "421 Misdirected") {
@@ -236,7 +239,7 @@ EOF`)
 	if strings.HasPrefix(fr["front_sni"], "ok") {
 		t.Errorf("denied SNI with an allowed Host got through: %v", fr["front_sni"])
 	}
-	if in.saw("host=denied.test", "sni=allowed.test") || in.saw("sni=denied.test") {
+	if in.Saw("host=denied.test", "sni=allowed.test") || in.Saw("sni=denied.test") {
 		t.Errorf("a fronted request reached the internet: %v", in.Seen())
 	}
 	if res := run(t, c, insp, "grep -l 'PRIVATE KEY' /etc/space/* 2>/dev/null; ls /etc/space"); strings.Contains(res.Stdout, "PRIVATE") || !strings.Contains(res.Stdout, "ca.crt") {
@@ -269,7 +272,7 @@ func TestEgressCredentials(t *testing.T) {
 	if env := run(t, c, sb, "env").Stdout; strings.Contains(env, secret) || !strings.Contains(env, "SPACE_SECRET_GITHUB=space-placeholder-github") {
 		t.Fatalf("sandbox environment: %q", env)
 	}
-	if _, err := c.Upload(ctx, sb, "/root/ca.pem", bytes.NewReader(in.caPEM), nil); err != nil { // not intercepted: the real server's CA
+	if _, err := c.Upload(ctx, sb, "/root/ca.pem", bytes.NewReader(in.CAPEM), nil); err != nil { // not intercepted: the real server's CA
 		t.Fatal(err)
 	}
 	out := run(t, c, sb, `python3 - <<'EOF'
@@ -284,10 +287,10 @@ print(get('http://allowed.test/plain', ph))
 print(get('https://denied.test/other', ph, ssl.create_default_context(cafile='/root/ca.pem')))
 EOF`)
 	t.Logf("sandbox saw: %q", out.Stdout)
-	if !in.saw("https sni=allowed.test request at "+inetAllowed, "path=/tls", "auth=token "+secret) {
+	if !in.Saw("https sni=allowed.test request at "+inetAllowed, "path=/tls", "auth=token "+secret) {
 		t.Errorf("the credential was not set on the TLS request to its host: %v", in.Seen())
 	}
-	if in.saw("forged-by-the-sandbox") {
+	if in.Saw("forged-by-the-sandbox") {
 		t.Error("the sandbox's own header value went out instead of being replaced")
 	}
 	for _, l := range in.Seen() {
@@ -295,7 +298,7 @@ EOF`)
 			t.Errorf("the credential went where it must not: %s", l)
 		}
 	}
-	if !in.saw("http request at "+inetAllowed, "path=/plain", "auth=token space-placeholder-github") || !in.saw("request at "+inetDenied, "path=/other", "auth=token space-placeholder-github") {
+	if !in.Saw("http request at "+inetAllowed, "path=/plain", "auth=token space-placeholder-github") || !in.Saw("request at "+inetDenied, "path=/other", "auth=token space-placeholder-github") {
 		t.Errorf("plain HTTP and other hosts should carry the placeholder untouched: %v", in.Seen())
 	}
 	// Nowhere in the sandbox: its files (its writable layer, searched from the host: a search

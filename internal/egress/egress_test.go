@@ -128,3 +128,34 @@ func FuzzSniff(f *testing.F) {
 		}
 	})
 }
+
+// withExtension returns a single-record ClientHello with one more extension appended.
+func withExtension(t *testing.T, hello []byte, typ uint16, body []byte) []byte {
+	t.Helper()
+	rec := hello[5 : 5+(int(hello[3])<<8|int(hello[4]))]
+	hs := rec[4:]
+	r := reader(hs)
+	r.skip(2 + 32)
+	r.vec(1)
+	r.vec(2)
+	r.vec(1)
+	extStart := len(hs) - len(r)
+	ext := append([]byte{}, hs[extStart+2:]...)
+	ext = append(ext, byte(typ>>8), byte(typ), byte(len(body)>>8), byte(len(body)))
+	ext = append(ext, body...)
+	newHS := append(append([]byte{}, hs[:extStart]...), byte(len(ext)>>8), byte(len(ext)))
+	newHS = append(newHS, ext...)
+	msg := append([]byte{1, byte(len(newHS) >> 16), byte(len(newHS) >> 8), byte(len(newHS))}, newHS...)
+	return append([]byte{0x16, hello[1], hello[2], byte(len(msg) >> 8), byte(len(msg))}, msg...)
+}
+
+func TestSniffECH(t *testing.T) {
+	hello := clientHello(t, &tls.Config{ServerName: "public.example"})
+	ech := withExtension(t, hello, 0xfe0d, []byte{0, 1, 2, 3})
+	if s := sniff(ech); !s.ech || s.name != "public.example" {
+		t.Fatalf("ClientHello with ECH: %+v", s)
+	}
+	if s := sniff(withExtension(t, hello, 0x1234, nil)); s.ech || s.name != "public.example" {
+		t.Fatalf("ClientHello with another extension: %+v", s)
+	}
+}
