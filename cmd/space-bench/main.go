@@ -24,13 +24,26 @@ import (
 
 func main() {
 	n := flag.Int("n", 20, "iterations per measurement")
+	only := flag.String("only", "", `run one section: "egress"`)
 	flag.Parse()
 	bin := os.Getenv("SPACE_BIN")
 	if bin == "" {
 		bin = "bin"
 	}
 	bin, _ = filepath.Abs(bin)
-	if err := run(context.Background(), bin, *n, os.Stdout); err != nil {
+	var err error
+	switch *only {
+	case "":
+		err = run(context.Background(), bin, *n, os.Stdout)
+	case "egress":
+		var f egressFigures
+		if f, err = egressBench(context.Background(), bin, *n, os.Stdout); err == nil {
+			printEgress(os.Stdout, f, *n)
+		}
+	default:
+		err = fmt.Errorf("-only %q: want egress", *only)
+	}
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "space-bench: %v\n", err)
 		os.Exit(1)
 	}
@@ -150,6 +163,11 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return err
 	}
 
+	eg, err := egressBench(ctx, bin, n, out)
+	if err != nil {
+		return fmt.Errorf("egress: %w", err)
+	}
+
 	fmt.Fprintln(out, "measuring spaced: 10 concurrent creates …")
 	conc, ok, err := concurrentCreates(ctx, c, 10)
 	if err != nil {
@@ -190,6 +208,7 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	row("full, after a 1 KiB change", snaps.fullTook2, snaps.fullStored2, snaps.fullStopped2)
 	fmt.Fprintf(out, "second full snapshot stores %.1f%% of the first (target ≤ 10%%)\n",
 		100*float64(medianInt(snaps.fullStored2))/float64(medianInt(snaps.fullStored1)))
+	printEgress(out, eg, n)
 	fmt.Fprintf(out, "\nraw floor: %s; spaced: %s, minimal template, default resources\n", raw.describe(), "JSON/SSE over loopback HTTP")
 	if ok != 10 {
 		return fmt.Errorf("only %d of 10 concurrent creates succeeded", ok)
@@ -694,4 +713,14 @@ func (r *rawFloor) remove(ctx context.Context, id string) error {
 func (r *rawFloor) close() {
 	_ = syscall.Unmount(filepath.Join(r.root, "null-netns"), syscall.MNT_DETACH)
 	os.RemoveAll(r.dir)
+}
+
+func printEgress(out io.Writer, eg egressFigures, n int) {
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "egress: a fresh HTTPS connection + GET to an allowed host in a fake internet (python3 client, median of %d), and 8 clients for 5 s:\n", n)
+	fmt.Fprintf(out, "| %-50s | %10s | %10s | %8s |\n", "path", "latency", "added", "req/s")
+	fmt.Fprintf(out, "|%s|%s|%s|%s|\n", strings.Repeat("-", 52), strings.Repeat("-", 12), strings.Repeat("-", 12), strings.Repeat("-", 10))
+	fmt.Fprintf(out, "| %-50s | %7.1f ms | %10s | %8.1f |\n", "host, direct (the floor)", eg.direct, "", eg.directRPS)
+	fmt.Fprintf(out, "| %-50s | %7.1f ms | %+7.1f ms | %8.1f |\n", "sandbox via gateway (SNI decides, TLS end to end)", eg.through, eg.through-eg.direct, eg.throughRPS)
+	fmt.Fprintf(out, "| %-50s | %7.1f ms | %+7.1f ms | %8.1f |\n", "sandbox via gateway, intercepted (inspect)", eg.inspected, eg.inspected-eg.direct, eg.inspRPS)
 }
