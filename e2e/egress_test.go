@@ -3,7 +3,9 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -187,6 +189,27 @@ while True:
 	}
 	if reasons["allowed.test/allow"] == "" || reasons["denied.test/deny"] == "" || !strings.Contains(reasons["rebind.test/deny"], "never reachable") {
 		t.Errorf("egress log: %+v", events)
+	}
+
+	// Decisions stream as they happen, and are counted in /metrics.
+	watch, err := c.WatchEgress(ctx, sb.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Close()
+	run(t, c, sb.ID, `python3 -c "import urllib.request; urllib.request.urlopen('http://203.0.113.10/', timeout=4)" 2>/dev/null; true`)
+	if ev, err := watch.Next(); err != nil || ev.Decision != "deny" || ev.IP != inetAllowed || ev.Proto != "tcp" {
+		t.Errorf("streamed egress event: %+v %v", ev, err)
+	}
+	hc := &http.Client{Transport: &http.Transport{DialContext: spacedtest.NetnsDialer(nsPath(in.HostNS))}}
+	if resp, err := hc.Get(d.URL + "/metrics"); err != nil {
+		t.Error(err)
+	} else {
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `space_egress_decisions_total{decision="deny"}`) || strings.Contains(string(body), `space_egress_decisions_total{decision="deny"} 0`) {
+			t.Errorf("metrics: %s", body)
+		}
 	}
 
 	// A policy change applies to the live sandbox at once.

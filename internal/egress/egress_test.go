@@ -159,3 +159,20 @@ func TestSniffECH(t *testing.T) {
 		t.Fatalf("ClientHello with another extension: %+v", s)
 	}
 }
+
+func FuzzParseRule(f *testing.F) {
+	for _, s := range []string{"api.example.com", "*.pypi.org:443", "203.0.113.0/24", "1.2.3.4:22", "x:", ":80", "a..b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRule(s)
+		if err != nil {
+			return
+		}
+		// A rule that parses prints as a rule that parses to itself.
+		again, err := ParseRule(r.String())
+		if err != nil || again != r {
+			t.Fatalf("%q → %q → %+v, %v", s, r.String(), again, err)
+		}
+	})
+}

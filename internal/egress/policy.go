@@ -41,11 +41,14 @@ func ParseRule(s string) (Rule, error) {
 		r.Prefix = pfx.Masked()
 		return r, nil
 	}
-	if ip, err := netip.ParseAddr(body); err == nil && ip.Is4() {
+	name := strings.TrimSuffix(body, ".")
+	if ip, err := netip.ParseAddr(name); err == nil {
+		if !ip.Is4() {
+			return Rule{}, fmt.Errorf("%q: only IPv4 addresses", s)
+		}
 		r.Prefix = netip.PrefixFrom(ip, 32)
 		return r, nil
 	}
-	name := strings.TrimSuffix(body, ".")
 	if !validName(strings.TrimPrefix(name, "*.")) {
 		return Rule{}, fmt.Errorf("%q: not a host name, *.wildcard or CIDR", s)
 	}

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"time"
@@ -162,4 +164,22 @@ func (c *Client) ListSecrets(ctx context.Context) ([]Secret, error) {
 // DeleteSecret deletes the secret name.
 func (c *Client) DeleteSecret(ctx context.Context, name string) error {
 	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/secrets/" + url.PathEscape(name)}, nil)
+}
+
+// WatchEgress streams sandbox id's egress decisions from now on. The caller closes the stream.
+func (c *Client) WatchEgress(ctx context.Context, id string) (*Stream[EgressEvent], error) {
+	resp, err := c.stream(ctx, request{method: http.MethodGet, path: sandboxPath(id, "/egress")})
+	if err != nil {
+		return nil, err
+	}
+	return newStream(resp.Body, func(ev sseEvent) (EgressEvent, bool, error) {
+		if ev.Type != "egress" {
+			return EgressEvent{}, false, nil
+		}
+		var e EgressEvent
+		if err := json.Unmarshal([]byte(ev.Data), &e); err != nil {
+			return EgressEvent{}, false, fmt.Errorf("decode egress event: %w", err)
+		}
+		return e, true, nil
+	}), nil
 }
