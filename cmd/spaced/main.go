@@ -204,7 +204,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}()
 
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version}),
+		Handler:           api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 )
@@ -20,6 +21,9 @@ type Config struct {
 	Version   string
 	// MaxUpload bounds one file upload in bytes (default 16 GiB).
 	MaxUpload int64
+	// Domain, if set, is the E2B sandbox domain: envd requests for 49983-<id>.<Domain> go to
+	// sandbox <id>'s agent.
+	Domain string
 }
 
 // Server is spaced's HTTP handler.
@@ -31,6 +35,7 @@ type Server struct {
 	maxUp   int64
 	metrics *metrics
 	mux     *http.ServeMux
+	e2b     *e2b.Handler
 }
 
 // New builds the handler with every route of API.md.
@@ -43,6 +48,11 @@ func New(cfg Config) *Server {
 	}
 	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(), mux: http.NewServeMux()}
 	s.routes()
+	s.e2b = e2b.New(e2b.Config{Sandboxes: cfg.Sandboxes, Keys: cfg.Keys, Logger: cfg.Logger, Domain: cfg.Domain,
+		Status: func(err error) (int, string) {
+			status, _ := statusOf(err)
+			return status, messageOf(err, status)
+		}})
 	return s
 }
 
@@ -109,7 +119,11 @@ func (s *Server) routes() {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	rw := &statusWriter{ResponseWriter: w, status: http.StatusOK}
-	s.mux.ServeHTTP(rw, r)
+	if s.e2b.Claims(r) { // E2B's wire protocol, for unmodified E2B SDKs
+		s.e2b.ServeHTTP(rw, r)
+	} else {
+		s.mux.ServeHTTP(rw, r)
+	}
 	s.metrics.observe(r.Method, rw.status, time.Since(start))
 }
 

@@ -24,6 +24,7 @@ type Config struct {
 	AdminKey      string        // SPACE_ADMIN_KEY: admin API key to install at start (optional)
 	EgressDNS     string        // SPACE_EGRESS_DNS: upstream resolver ip:port for the egress gateway
 	EgressCA      string        // SPACE_EGRESS_CA: extra PEM roots for the gateway
+	Domain        string        // SPACE_DOMAIN: E2B sandbox domain (envd at 49983-<id>.<domain>)
 	DefaultEgress string        // SPACE_DEFAULT_EGRESS: deny|allow
 	Instance      string        // SPACE_INSTANCE: 4 hex chars naming this instance's host objects; default from Home
 	SlotCIDR      netip.Prefix  // SPACE_SLOT_CIDR: range network slots are carved from
@@ -62,6 +63,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.AdminKey, "admin-key", env("SPACE_ADMIN_KEY", ""), "admin API key (SPACE_ADMIN_KEY)")
 	fs.StringVar(&c.EgressDNS, "egress-dns", env("SPACE_EGRESS_DNS", ""), "upstream resolver ip:port (SPACE_EGRESS_DNS)")
 	fs.StringVar(&c.EgressCA, "egress-ca", env("SPACE_EGRESS_CA", ""), "extra PEM roots for the gateway (SPACE_EGRESS_CA)")
+	fs.StringVar(&c.Domain, "domain", env("SPACE_DOMAIN", ""), "E2B sandbox domain: envd of sandbox <id> at 49983-<id>.<domain> (SPACE_DOMAIN)")
 	fs.StringVar(&c.DefaultEgress, "default-egress", env("SPACE_DEFAULT_EGRESS", "deny"), "deny|allow (SPACE_DEFAULT_EGRESS)")
 	fs.StringVar(&c.Instance, "instance", env("SPACE_INSTANCE", ""), "4-hex instance id (SPACE_INSTANCE); default derived from the home")
 	fs.StringVar(&cidr, "slot-cidr", env("SPACE_SLOT_CIDR", "10.211.0.0/16"), "network slot range (SPACE_SLOT_CIDR)")

@@ -20,7 +20,7 @@ const warmTenant = ""
 // eligible reports whether req can be served from the warm pool.
 func (m *Manager) eligible(req CreateRequest) bool {
 	r := req.Resources
-	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" &&
+	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" && !(req.AgentEnv && len(req.Env) > 0) &&
 		(req.Template == "" || req.Template == m.cfg.DefaultTemplate) &&
 		(req.Runtime == "" || req.Runtime == m.cfg.DefaultRuntime) &&
 		(r.VCPUs == 0 || r.VCPUs == defaultVCPUs) && (r.MemoryMiB == 0 || r.MemoryMiB == defaultMemoryMiB) &&
