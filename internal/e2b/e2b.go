@@ -153,4 +153,3 @@ func decode(r *http.Request, v any) error {
 	}
 	return nil
 }
-
