@@ -2,9 +2,12 @@ package api
 
 import (
 	"net/http"
+	"strconv"
 
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 )
 
@@ -100,4 +103,23 @@ func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request, p au
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// handlePort forwards a request to a port a process in the sandbox listens on:
+// /v1/sandboxes/{id}/ports/{port}/{path...} → http://<sandbox>:<port>/{path...}. spaced's own
+// credentials are not passed on.
+func (s *Server) handlePort(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.writeError(w, r, errdefs.InvalidArgument("port: not a number"))
+		return
+	}
+	t, err := s.sb.Port(p.Tenant, r.PathValue("id"), port)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	r2 := r.Clone(r.Context())
+	r2.URL.Path, r2.URL.RawPath = "/"+r.PathValue("path"), ""
+	e2b.Forward(w, r2, t.URL, t.Transport, t.Life, s.log, "Authorization", "X-API-Key")
 }

@@ -21,6 +21,8 @@ type sandboxJSON struct {
 	EnvdVersion     string  `json:"envdVersion"`
 	EnvdAccessToken string  `json:"envdAccessToken"`
 	Domain          *string `json:"domain"`
+	// TrafficAccessToken guards the sandbox's ports when it asked for that.
+	TrafficAccessToken string `json:"trafficAccessToken,omitempty"`
 }
 
 // listedJSON is E2B's ListedSandbox; with the token and domain, its SandboxDetail.
@@ -76,7 +78,12 @@ func (h *Handler) reply(w http.ResponseWriter, r *http.Request, p auth.Principal
 		h.writeError(w, err)
 		return
 	}
-	writeJSON(w, status, h.sandboxOf(info, token))
+	out := h.sandboxOf(info, token)
+	if out.TrafficAccessToken, err = h.sb.TrafficToken(p.Tenant, info.ID); err != nil {
+		h.writeError(w, err)
+		return
+	}
+	writeJSON(w, status, out)
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -87,6 +94,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 		EnvVars             map[string]string `json:"envVars"`
 		AutoPause           bool              `json:"autoPause"`
 		AllowInternetAccess *bool             `json:"allow_internet_access"`
+		Network             *struct {
+			AllowPublicTraffic *bool `json:"allowPublicTraffic"`
+		} `json:"network"`
 	}
 	if err := decode(r, &req); err != nil {
 		h.writeError(w, err)
@@ -99,6 +109,9 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	if req.AutoPause {
 		cr.OnTimeout = "pause"
+	}
+	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
+		cr.TrafficToken = true
 	}
 	if req.AllowInternetAccess != nil && !*req.AllowInternetAccess {
 		cr.Network = &sandbox.Network{Egress: sandbox.Egress{Default: "deny"}}

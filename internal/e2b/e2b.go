@@ -78,6 +78,9 @@ func (h *Handler) Claims(r *http.Request) bool {
 	if h.envdID(r) != "" {
 		return true
 	}
+	if id, _ := h.hostTarget(r); id != "" {
+		return true
+	}
 	p := r.URL.Path
 	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates/"} {
 		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
@@ -93,6 +96,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.envd(w, r, id)
 		return
 	}
+	if id, port := h.hostTarget(r); id != "" {
+		h.port(w, r, id, port)
+		return
+	}
 	h.mux.ServeHTTP(w, r)
 }
 
@@ -101,16 +108,8 @@ func (h *Handler) envdID(r *http.Request) string {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
 		return id
 	}
-	if h.cfg.Domain != "" {
-		host := r.Host
-		if i := strings.LastIndexByte(host, ':'); i >= 0 {
-			host = host[:i]
-		}
-		if rest, ok := strings.CutSuffix(host, "."+h.cfg.Domain); ok {
-			if id, ok := strings.CutPrefix(rest, "49983-"); ok {
-				return id
-			}
-		}
+	if id, port := h.hostTarget(r); port == envdPort {
+		return id
 	}
 	return ""
 }

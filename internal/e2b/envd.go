@@ -2,11 +2,20 @@ package e2b
 
 import (
 	"context"
+	"crypto/subtle"
 	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/space-sandbox/space/internal/errdefs"
 )
+
+// envdPort is the port the SDK addresses envd on.
+const envdPort = 49983
 
 // envd forwards a request for sandbox id's envd to its agent, which speaks envd's protocol:
 // Connect RPCs (streams stay streams: every write is flushed), /files, /health. The caller must
@@ -23,12 +32,56 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 		h.writeError(w, err)
 		return
 	}
-	target, err := url.Parse(base)
+	Forward(w, r, base, rt, life, h.log, "E2b-Sandbox-Id", "E2b-Sandbox-Port")
+}
+
+// port forwards a request for <port>-<id>.<domain> to that port of the sandbox; a sandbox with
+// a traffic token demands it in the e2b-traffic-access-token header.
+func (h *Handler) port(w http.ResponseWriter, r *http.Request, id string, port int) {
+	t, err := h.sb.Port("", id, port)
 	if err != nil {
 		h.writeError(w, err)
 		return
 	}
-	// The request ends when the sandbox stops, as every stream to an agent does.
+	if t.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("e2b-traffic-access-token")), []byte(t.TrafficToken)) != 1 {
+		h.writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "this sandbox's ports need its traffic access token (e2b-traffic-access-token)"))
+		return
+	}
+	Forward(w, r, t.URL, t.Transport, t.Life, h.log, "e2b-traffic-access-token")
+}
+
+// hostTarget parses a host name <port>-<id>.<domain>.
+func (h *Handler) hostTarget(r *http.Request) (id string, port int) {
+	if h.cfg.Domain == "" {
+		return "", 0
+	}
+	host := r.Host
+	if i := strings.LastIndexByte(host, ':'); i >= 0 {
+		host = host[:i]
+	}
+	rest, ok := strings.CutSuffix(host, "."+h.cfg.Domain)
+	if !ok {
+		return "", 0
+	}
+	p, id, ok := strings.Cut(rest, "-")
+	if !ok {
+		return "", 0
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 1 || n > 65535 {
+		return "", 0
+	}
+	return id, n
+}
+
+// Forward proxies r to base (an agent or a port of a sandbox), streaming both ways, ending when
+// the sandbox's life does; drop lists request headers not to pass on.
+func Forward(w http.ResponseWriter, r *http.Request, base string, rt http.RoundTripper, life context.Context, log *slog.Logger, drop ...string) {
+	target, err := url.Parse(base)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
@@ -37,8 +90,9 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(target)
 			pr.Out.Host = target.Host
-			pr.Out.Header.Del("E2b-Sandbox-Id")
-			pr.Out.Header.Del("E2b-Sandbox-Port")
+			for _, hd := range drop {
+				pr.Out.Header.Del(hd)
+			}
 		},
 		Transport:     rt,
 		FlushInterval: -1,
@@ -46,7 +100,7 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				return // the client went away
 			}
-			h.log.Warn("envd proxy", "sandbox", id, "path", r.URL.Path, "err", err)
+			log.Warn("sandbox proxy", "target", base, "path", r.URL.Path, "err", err)
 			writeJSON(w, http.StatusBadGateway, map[string]any{"code": http.StatusBadGateway, "message": "sandbox did not answer: " + err.Error()})
 		},
 	}

@@ -163,6 +163,9 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 		auto := *a
 		spec.AutoSnapshot = &auto
 	}
+	if req.TrafficToken {
+		spec.TrafficToken = newToken()
+	}
 	if spec.Resources.VCPUs == 0 {
 		spec.Resources.VCPUs = defaultVCPUs
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 	"net/http"
+	"net/netip"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -69,4 +70,55 @@ func (m *Manager) Envd(id, token string) (string, http.RoundTripper, context.Con
 		return "", nil, nil, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s is %s", id, b.rec.State))
 	}
 	return m.cfg.AgentURL(b.slot), b.hc.Transport, b.life, nil
+}
+
+// PortTarget is where a request for a port of a sandbox goes.
+type PortTarget struct {
+	URL          string // http://<guest ip>:<port>
+	Transport    http.RoundTripper
+	Life         context.Context
+	Tenant       string
+	TrafficToken string
+}
+
+// Port finds a port of sandbox id for forwarding (resuming it if paused). With tenant set, the
+// sandbox must be that tenant's.
+func (m *Manager) Port(tenant, id string, port int) (PortTarget, error) {
+	if port < 1 || port > 65535 {
+		return PortTarget{}, errdefs.InvalidArgument(fmt.Sprintf("port %d: want 1..65535", port))
+	}
+	if !ValidID(id) {
+		return PortTarget{}, errdefs.NotFound(fmt.Sprintf("sandbox %q not found", id))
+	}
+	m.mu.Lock()
+	b := m.boxes[id]
+	m.mu.Unlock()
+	if b == nil || b.tenant == warmTenant || (tenant != "" && b.tenant != tenant) {
+		return PortTarget{}, errdefs.NotFound(fmt.Sprintf("sandbox %s not found", id))
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) == StatePaused {
+		if err := m.resume(context.Background(), b); err != nil {
+			return PortTarget{}, err
+		}
+	}
+	if State(b.rec.State) != StateRunning || b.slot == nil {
+		return PortTarget{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s is %s", id, b.rec.State))
+	}
+	return PortTarget{
+		URL: fmt.Sprintf("http://%s", netip.AddrPortFrom(b.slot.GuestIP.Addr(), uint16(port))), Transport: b.hc.Transport,
+		Life: b.life, Tenant: b.tenant, TrafficToken: b.spec.TrafficToken,
+	}, nil
+}
+
+// TrafficToken returns the token guarding a sandbox's ports ("" if it has none).
+func (m *Manager) TrafficToken(tenant, id string) (string, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return "", err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.spec.TrafficToken, nil
 }

@@ -53,6 +53,9 @@ type Spec struct {
 	Network      Network       `json:"network"`
 	Parent       *Parent       `json:"parent,omitempty"`
 	AutoSnapshot *AutoSnapshot `json:"auto_snapshot,omitempty"`
+	// TrafficToken, when set, must accompany requests to the sandbox's ports through spaced's
+	// host-name routing (E2B's trafficAccessToken).
+	TrafficToken string `json:"traffic_token,omitempty"`
 	// Command defaults from the template's image.
 	WorkingDir string `json:"working_dir,omitempty"`
 	User       string `json:"user,omitempty"`
@@ -77,6 +80,8 @@ type CreateRequest struct {
 	// AgentEnv says commands will reach the agent directly (the E2B SDK), so Env must be in the
 	// agent's own environment from the start: a warm sandbox cannot serve.
 	AgentEnv bool
+	// TrafficToken asks for a token guarding the sandbox's ports (see Spec.TrafficToken).
+	TrafficToken bool
 }
 
 // Info is a sandbox as the API shows it.
