@@ -24,7 +24,7 @@ import (
 
 func main() {
 	n := flag.Int("n", 20, "iterations per measurement")
-	only := flag.String("only", "", `run one section: "egress"`)
+	only := flag.String("only", "", `run one section: "egress" or "e2b"`)
 	flag.Parse()
 	bin := os.Getenv("SPACE_BIN")
 	if bin == "" {
@@ -35,13 +35,22 @@ func main() {
 	switch *only {
 	case "":
 		err = run(context.Background(), bin, *n, os.Stdout)
+	case "e2b":
+		var d *daemon
+		if d, err = startDaemon(context.Background(), bin, os.Stdout, "SPACE_WARM_POOL=2"); err == nil {
+			var sdk, native time.Duration
+			if sdk, native, err = e2bBench(context.Background(), d.Daemon, *n); err == nil {
+				fmt.Printf("E2B SDK create + run('echo hi'): %s; native API: %s; ratio %.2f×\n", ms(sdk), ms(native), float64(sdk)/float64(native))
+			}
+			d.stop()
+		}
 	case "egress":
 		var f egressFigures
 		if f, err = egressBench(context.Background(), bin, *n, os.Stdout); err == nil {
 			printEgress(os.Stdout, f, *n)
 		}
 	default:
-		err = fmt.Errorf("-only %q: want egress", *only)
+		err = fmt.Errorf("-only %q: want egress or e2b", *only)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space-bench: %v\n", err)
@@ -94,6 +103,12 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	warmTTI, err := timeToInteractive(ctx, d.Daemon, n, 2, "")
 	if err != nil {
 		return err
+	}
+
+	fmt.Fprintln(out, "measuring E2B SDK create + run('echo') against the native API, from the warm pool …")
+	e2bSDK, e2bNative, err := e2bBench(ctx, d.Daemon, n/2+1)
+	if err != nil {
+		return fmt.Errorf("e2b: %w", err)
 	}
 
 	fmt.Fprintln(out, "starting spaced with SPACE_WARM_POOL=0 …")
@@ -182,6 +197,7 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		{"pause (durable) vs runsc checkpoint", median(pauses), median(rawCkpt), ""},
 		{"resume vs runsc restore", median(resumes), median(rawRestore), "≤ 1.5×"},
 		{"fork, 1 copy vs runsc restore", median(fork1), median(rawRestore), "≤ 2.5×"},
+		{"E2B SDK create + run('echo') vs native API", e2bSDK, e2bNative, ""},
 		{"fork, 10 copies vs runsc restore", median(fork10), median(rawRestore), ""},
 		{"restore (whole, full snapshot, 32 MiB) vs runsc restore", median(snaps.restoreFull), median(rawRestore), ""},
 		{"create from a full snapshot (32 MiB) vs runsc restore", median(snaps.fromFull), median(rawRestore), ""},
