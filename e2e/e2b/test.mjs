@@ -84,7 +84,7 @@ try {
     await assert.rejects(sbx.files.read('/home/user/dir/moved.txt'), e => e instanceof FileNotFoundError)
   })
 
-  await step('getInfo, list, setTimeout, isRunning', async () => {
+  await step('getInfo, list, setTimeout, isRunning, getMetrics', async () => {
     const info = await sbx.getInfo()
     assert.equal(info.sandboxId, sbx.sandboxId)
     assert.equal(info.templateId, 'base')
@@ -93,6 +93,8 @@ try {
     assert.ok(listed.some(s => s.sandboxId === sbx.sandboxId), 'list finds it')
     await sbx.setTimeout(300_000)
     assert.equal(await sbx.isRunning(), true)
+    const metrics = await sbx.getMetrics()
+    assert.ok(metrics.length >= 1 && metrics[0].memUsed > 0 && metrics[0].cpuCount >= 1, `metrics: ${JSON.stringify(metrics)}`)
   })
 
   await step('pause, connect: files and running processes still there', async () => {

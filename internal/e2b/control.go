@@ -284,12 +284,30 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request, p auth.Princip
 	h.reply(w, r, p, status, info)
 }
 
+// metrics answers one sample, taken now, of the sandbox's use (E2B's SandboxMetric list). CPU
+// use is measured over 200 ms.
 func (h *Handler) metrics(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if _, err := h.sb.Get(r.Context(), p.Tenant, r.PathValue("id")); err != nil {
+	id := r.PathValue("id")
+	u1, res, err := h.sb.Usage(r.Context(), p.Tenant, id)
+	if err != nil {
 		h.writeError(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, []any{})
+	t1 := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	u2, _, err := h.sb.Usage(r.Context(), p.Tenant, id)
+	if err != nil {
+		h.writeError(w, err)
+		return
+	}
+	cpus := max(res.VCPUs, 1)
+	pct := (u2.CPUSeconds - u1.CPUSeconds) / time.Since(t1).Seconds() / float64(cpus) * 100
+	now := time.Now().UTC()
+	writeJSON(w, http.StatusOK, []map[string]any{{
+		"timestamp": now, "timestampUnix": now.Unix(), "cpuCount": cpus, "cpuUsedPct": max(pct, 0),
+		"memUsed": u2.MemoryBytes, "memTotal": u2.MemoryLimit, "memCache": 0,
+		"diskUsed": u2.DiskBytes, "diskTotal": res.DiskMiB << 20,
+	}})
 }
 
 func (h *Handler) network(w http.ResponseWriter, r *http.Request, p auth.Principal) {

@@ -122,6 +122,19 @@ type LayerCapturer interface {
 	Freeze(ctx context.Context, id string, fn func(dir string) error) error
 }
 
+// Usage is what a sandbox uses now.
+type Usage struct {
+	CPUSeconds  float64 // CPU time used since it started
+	MemoryBytes int64   // memory in use
+	MemoryLimit int64
+	DiskBytes   int64 // its writable layer
+}
+
+// UsageReporter is the optional ability to report a running sandbox's resource usage.
+type UsageReporter interface {
+	Usage(ctx context.Context, id string) (Usage, error)
+}
+
 // Factory builds a driver whose per-sandbox state lives under stateDir.
 type Factory func(stateDir string, cfg map[string]string) (Driver, error)
 

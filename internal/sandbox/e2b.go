@@ -8,6 +8,7 @@ import (
 	"net/netip"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/runtime"
 )
 
 // AccessToken returns the token a sandbox's agent demands (the E2B API hands it to the SDK,
@@ -121,4 +122,23 @@ func (m *Manager) TrafficToken(tenant, id string) (string, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.spec.TrafficToken, nil
+}
+
+// Usage reports a running sandbox's resource use and limits.
+func (m *Manager) Usage(ctx context.Context, tenant, id string) (runtime.Usage, Resources, error) {
+	b, err := m.lookup(tenant, id)
+	if err != nil {
+		return runtime.Usage{}, Resources{}, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StateRunning {
+		return runtime.Usage{}, b.spec.Resources, nil // a paused sandbox uses nothing but disk
+	}
+	ur, ok := m.cfg.Drivers[b.rec.Runtime].(runtime.UsageReporter)
+	if !ok {
+		return runtime.Usage{}, b.spec.Resources, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("runtime %s reports no usage", b.rec.Runtime))
+	}
+	u, err := ur.Usage(ctx, id)
+	return u, b.spec.Resources, err
 }
