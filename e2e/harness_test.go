@@ -70,7 +70,7 @@ func startSpaced(t *testing.T, env ...string) *spacedtest.Daemon {
 			t.Errorf("instance %s left on the host:\n  %s", d.Opts.Instance, strings.Join(leaks, "\n  "))
 		}
 		if t.Failed() {
-			t.Logf("spaced log:\n%s", tail(d.Log(), 60))
+			t.Logf("spaced log:\n%s", tail(d.Log(), 120))
 		}
 	})
 	return d

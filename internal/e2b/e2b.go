@@ -92,6 +92,7 @@ func (h *Handler) Claims(r *http.Request) bool {
 
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.log.Debug("e2b request", "method", r.Method, "path", r.URL.Path, "sandbox", r.Header.Get("E2b-Sandbox-Id"), "host", r.Host)
 	if id := h.envdID(r); id != "" {
 		h.envd(w, r, id)
 		return

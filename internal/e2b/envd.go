@@ -82,6 +82,12 @@ func Forward(w http.ResponseWriter, r *http.Request, base string, rt http.RoundT
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
+	// The agent may answer (and spaced flush its headers) before it has read the whole request
+	// body; without full duplex, Go's HTTP/1.1 server then fails further body reads, the copy to
+	// the agent breaks and the transport drops the connection mid-stream.
+	if err := http.NewResponseController(w).EnableFullDuplex(); err != nil {
+		log.Debug("full duplex unavailable", "err", err)
+	}
 	ctx, cancel := context.WithCancelCause(r.Context())
 	defer cancel(nil)
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
