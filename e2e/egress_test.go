@@ -154,16 +154,16 @@ while True:
 		}
 	}
 	for _, bad := range [][]string{
-		{"at " + inetDenied},        // denied.test by name, by address, by spoofed /etc/hosts
-		{"host=denied.test"},        // or by naming it to an allowed address (Host, SNI)
-		{"dns query denied.test"},   // a denied name is never resolved
-		{"dns query c2vjcmv0"},      // nor an unknown one (no tunnelling)
-		{"exfil.test"},              //
-		{"at " + metadataIP},        // metadata, by address or by a name resolving to it
-		{"udp at"},                  // QUIC and other UDP
-		{"icmp from " + spacedAddr}, // (ICMP from the sandbox would come from spaced's side)
-		{"host port"},               // the host's own ports
-		{"from " + attackerIP},      // nothing from the sandbox's own address, ever
+		{"at " + inetDenied},      // denied.test by name, by address, by spoofed /etc/hosts
+		{"host=denied.test"},      // or by naming it to an allowed address (Host, SNI)
+		{"dns query denied.test"}, // a denied name is never resolved
+		{"dns query c2vjcmv0"},    // nor an unknown one (no tunnelling)
+		{"exfil.test"},            //
+		{"at " + metadataIP},      // metadata, by address or by a name resolving to it
+		{"udp at"},                // QUIC and other UDP
+		{"icmp echo from"},        // ping, from any address
+		{"host port"},             // the host's own ports
+		{"from " + attackerIP},    // nothing from the sandbox's own address, ever
 		{"dns query", "from " + attackerIP},
 	} {
 		if in.Saw(bad...) {

@@ -619,3 +619,37 @@ func TestRotateToken(t *testing.T) {
 		t.Fatalf("new token: %v", err)
 	}
 }
+
+// TestInitEnv: variables given through /init reach every later command, over the base
+// environment and under the command's own; a new set replaces the old; bad names are refused.
+func TestInitEnv(t *testing.T) {
+	a := startAgent(t)
+	ctx := testCtx(t)
+	if err := a.c.SetEnv(ctx, map[string]string{"FROM_INIT": "yes", "BASE_VAR": "init-wins"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{nil, "yes init-wins\n"},
+		{map[string]string{"FROM_INIT": "request-wins"}, "request-wins init-wins\n"},
+	} {
+		r := run(t, a.c, agent.ExecRequest{Argv: []string{"sh", "-c", "echo $FROM_INIT $BASE_VAR"}, Env: tc.env})
+		if r.stdout != tc.want {
+			t.Errorf("env %v: %q, want %q", tc.env, r.stdout, tc.want)
+		}
+	}
+	if err := a.c.SetEnv(ctx, map[string]string{"OTHER": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	if r := run(t, a.c, agent.ExecRequest{Argv: []string{"sh", "-c", "echo ${FROM_INIT:-gone} $BASE_VAR"}}); r.stdout != "gone from-base\n" {
+		t.Errorf("after a new set: %q", r.stdout)
+	}
+	if err := a.c.SetEnv(ctx, map[string]string{"A=B": "x"}); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("bad name: %v", err)
+	}
+	if err := agent.NewClient(a.url, "nope", nil).SetEnv(ctx, map[string]string{"X": "1"}); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Errorf("wrong token: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -95,15 +96,30 @@ func (c *Client) Health(ctx context.Context) error {
 // Rotate gives the agent newToken as its access token, authorized by the client's current one.
 // The client keeps the old token: make a new Client for newToken.
 func (c *Client) Rotate(ctx context.Context, newToken string) error {
-	body := strings.NewReader(fmt.Sprintf(`{"accessToken":%q}`, newToken))
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/init", body)
+	return c.init(ctx, map[string]any{"accessToken": newToken})
+}
+
+// SetEnv gives the agent variables every later command starts with (over its base
+// environment; a command's own variables still win), replacing those set before.
+func (c *Client) SetEnv(ctx context.Context, env map[string]string) error {
+	if env == nil {
+		env = map[string]string{}
+	}
+	return c.init(ctx, map[string]any{"envVars": env})
+}
+
+// init posts body to the agent's /init.
+func (c *Client) init(ctx context.Context, body map[string]any) error {
+	b, err := json.Marshal(body)
+	if err != nil {
+		return fmt.Errorf("agent init: %w", err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/init", bytes.NewReader(b))
 	if err != nil {
 		return fmt.Errorf("agent init: %w", err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	if c.token != "" {
-		req.Header.Set(accessTokenHeader, c.token)
-	}
+	c.setHeaders(req.Header, "")
 	resp, err := c.hc.Do(req)
 	if err != nil {
 		return transportError("agent init", err)

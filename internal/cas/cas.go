@@ -35,6 +35,7 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -502,7 +503,7 @@ func (t *Txn) publishPack() error {
 	if err := os.WriteFile(tmpIdx, encodeIndex(entries), 0o600); err != nil {
 		return err
 	}
-	if err := syncPath(tmpIdx); err != nil {
+	if err := durable.Sync(tmpIdx); err != nil {
 		return err
 	}
 	if err := os.Rename(filepath.Join(s.dir, "tmp", t.id+".pack"), s.packPath(t.id, ".pack")); err != nil {
@@ -511,7 +512,7 @@ func (t *Txn) publishPack() error {
 	if err := os.Rename(tmpIdx, s.packPath(t.id, ".idx")); err != nil {
 		return err
 	}
-	return syncPath(filepath.Join(s.dir, "packs"))
+	return durable.Sync(filepath.Join(s.dir, "packs"))
 }
 
 // Abort ends the transaction; its pack is removed and reused chunks are let go.
@@ -628,7 +629,7 @@ func (s *Store) rewritePack(id string) error {
 		os.Remove(s.packPath(nid, ".idx"))
 		return err
 	}
-	if err := syncPath(filepath.Join(s.dir, "packs")); err != nil {
+	if err := durable.Sync(filepath.Join(s.dir, "packs")); err != nil {
 		return err
 	}
 	np := &pack{bytes: off}
@@ -722,7 +723,7 @@ func (s *Store) Delete(name string) error {
 	if err := os.Remove(s.rootPath(name)); err != nil {
 		return fmt.Errorf("cas: %w", err)
 	}
-	if err := syncPath(filepath.Join(s.dir, "roots")); err != nil {
+	if err := durable.Sync(filepath.Join(s.dir, "roots")); err != nil {
 		return fmt.Errorf("cas: %w", err)
 	}
 	s.mu.Lock()
@@ -825,14 +826,5 @@ func writeTemp(tmpDir, dst string, data []byte) error {
 		os.Remove(tmp)
 		return err
 	}
-	return syncPath(filepath.Dir(dst))
-}
-
-func syncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
+	return durable.Sync(filepath.Dir(dst))
 }

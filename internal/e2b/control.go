@@ -103,7 +103,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 		return
 	}
 	cr := sandbox.CreateRequest{Template: req.TemplateID, TimeoutSeconds: req.Timeout, Metadata: req.Metadata,
-		Env: req.EnvVars, AgentEnv: true}
+		Env: req.EnvVars}
 	if cr.Template == "" {
 		cr.Template = "base"
 	}

@@ -8,6 +8,8 @@ package e2b
 
 import (
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -82,8 +84,8 @@ func (h *Handler) Claims(r *http.Request) bool {
 		return true
 	}
 	p := r.URL.Path
-	for _, prefix := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates/"} {
-		if p == prefix || strings.HasPrefix(p, prefix+"/") || (strings.HasSuffix(prefix, "/") && strings.HasPrefix(p, prefix)) {
+	for _, root := range []string{"/sandboxes", "/v2/sandboxes", "/snapshots", "/templates"} {
+		if p == root || strings.HasPrefix(p, root+"/") {
 			return true
 		}
 	}
@@ -148,7 +150,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // decode reads an optional JSON body into v; unknown fields are ignored (the SDK sends many).
 func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
-	if err := dec.Decode(v); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		return errdefs.InvalidArgument("invalid JSON body: " + err.Error())
 	}
 	return nil

@@ -214,15 +214,7 @@ func (g *Gateway) serveConn(c net.Conn) {
 	} else {
 		ips = []netip.Addr{dst.Addr()}
 	}
-	var why string
-	var ok4 []netip.Addr
-	for _, ip := range ips {
-		if r := blockedReason(ip, g.cfg.Blocked()); r != "" {
-			why = r
-			continue
-		}
-		ok4 = append(ok4, ip.Unmap())
-	}
+	ok4, why := g.usable(ips)
 	if len(ok4) == 0 {
 		deny(why, s)
 		return
@@ -343,22 +335,34 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, r *dns.Msg) {
 		record("deny", "cannot resolve: "+err.Error())
 		return
 	}
-	var why string
-	for _, ip := range ips {
-		if r := blockedReason(ip, g.cfg.Blocked()); r != "" {
-			why = r
-			continue
-		}
-		m.Answer = append(m.Answer, &dns.A{
-			Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30},
-			A:   ip.Unmap().AsSlice(),
-		})
-	}
-	if len(m.Answer) == 0 {
+	usable, why := g.usable(ips)
+	if len(usable) == 0 {
 		m.Rcode = dns.RcodeNameError
 		record("deny", why)
 		return
 	}
-	ev.IP = ips[0].String()
+	for _, ip := range usable {
+		m.Answer = append(m.Answer, &dns.A{
+			Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeA, Class: dns.ClassINET, Ttl: 30},
+			A:   ip.AsSlice(),
+		})
+	}
+	ev.IP = usable[0].String()
 	record("allow", "resolved")
+}
+
+// usable returns the addresses of ips the gateway may dial (unmapped), and why the last refused
+// one was refused. The host's own addresses are looked up once per call.
+func (g *Gateway) usable(ips []netip.Addr) ([]netip.Addr, string) {
+	host := g.cfg.Blocked()
+	var ok []netip.Addr
+	var why string
+	for _, ip := range ips {
+		if r := blockedReason(ip, host); r != "" {
+			why = r
+			continue
+		}
+		ok = append(ok, ip.Unmap())
+	}
+	return ok, why
 }

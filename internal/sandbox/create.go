@@ -304,38 +304,15 @@ func (m *Manager) abandon(ctx context.Context, b *box) {
 	}
 }
 
-// teardown removes the runtime and the slot of b, logging what fails. The caller holds b.mu.
-// It returns the first error.
+// teardown removes the runtime, the slot and the checkpoint of b, logging what fails. The caller
+// holds b.mu. It returns the first error.
 func (m *Manager) teardown(ctx context.Context, b *box) error {
-	var errs []error
-	if drv, ok := m.cfg.Drivers[b.rec.Runtime]; ok {
-		if err := drv.Delete(ctx, b.rec.ID); err != nil {
-			errs = append(errs, fmt.Errorf("delete runtime: %w", err))
-		}
-	}
-	if b.end != nil {
-		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s stopped", b.rec.ID)))
-	}
-	if b.slot != nil {
-		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
-			errs = append(errs, fmt.Errorf("release slot: %w", err))
-		} else {
-			b.slot = nil
-			b.rec.SlotIndex = -1 // never claim a slot another sandbox may now hold
-		}
-	}
-	if b.hc != nil {
-		b.hc.CloseIdleConnections()
-	}
-	b.client = nil
+	err := m.stopRuntime(ctx, b, "stopped")
 	if m.cfg.StateDir != "" {
-		if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
-			errs = append(errs, fmt.Errorf("remove checkpoint: %w", err))
+		if rerr := os.RemoveAll(m.checkpointDir(b.rec.ID)); rerr != nil {
+			m.log.Error("remove checkpoint", "id", b.rec.ID, "err", rerr)
+			err = errors.Join(err, fmt.Errorf("remove checkpoint: %w", rerr))
 		}
-	}
-	err := errors.Join(errs...)
-	if err != nil {
-		m.log.Error("teardown", "id", b.rec.ID, "err", err)
 	}
 	return err
 }

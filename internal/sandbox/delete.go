@@ -52,7 +52,9 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 		m.cfg.Audit.Forget(b.rec.ID)
 	}
 	m.log.Info("sandbox removed", "id", b.rec.ID, "event", evt)
-	m.gcLayers(ctx)
+	if m.onSharedLayer(b.spec) {
+		m.gcLayers(ctx) // it may have been the last user
+	}
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/fstree"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -52,7 +53,7 @@ func (m *Manager) shareUpper(ckpt string) (layer string, unpin func(), err error
 		return "", nil, err
 	}
 	// Copies (and their later snapshots) rely on it: on disk before any copy runs on it.
-	if err := syncTree(layer); err != nil {
+	if err := durable.SyncTree(layer); err != nil {
 		unpin()
 		return "", nil, err
 	}
@@ -81,7 +82,7 @@ func (m *Manager) snapshotLayer(sid string, mf *manifest) (layer string, unpin f
 		if err := fstree.Materialize(cs, mf.Upper, tmp); err != nil {
 			return fmt.Errorf("snapshot %s: %w", sid, err)
 		}
-		if err := syncTree(tmp); err != nil {
+		if err := durable.SyncTree(tmp); err != nil {
 			return err
 		}
 		return os.Rename(tmp, layer)
@@ -150,6 +151,17 @@ func (m *Manager) gcLayers(ctx context.Context) {
 func recent(e os.DirEntry) bool {
 	fi, err := e.Info()
 	return err == nil && time.Since(fi.ModTime()) < time.Minute
+}
+
+// onSharedLayer reports whether a sandbox stands on a shared layer (so that removing it may
+// leave one unused).
+func (m *Manager) onSharedLayer(s Spec) bool {
+	return slices.ContainsFunc(s.Layers, m.isShared)
+}
+
+// isShared reports whether layer l is a shared layer (not a template's).
+func (m *Manager) isShared(l string) bool {
+	return m.cfg.StateDir != "" && filepath.Dir(l) == m.layersDir()
 }
 
 // withLayer returns layers with extra on top.

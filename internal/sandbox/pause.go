@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 )
@@ -69,7 +70,7 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
 	// The driver made dir's contents durable; its entry in checkpoints/ too.
-	if err := syncDir(filepath.Dir(dir)); err != nil {
+	if err := durable.Sync(filepath.Dir(dir)); err != nil {
 		m.crashed(ctx, b, "pause: checkpoint not durable: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
 	}
@@ -170,32 +171,4 @@ func (m *Manager) unresume(ctx context.Context, b *box) {
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		m.log.Error("record paused", "id", b.rec.ID, "err", err)
 	}
-}
-
-// syncDir fsyncs directory dir (the entries in it).
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-// syncTree fsyncs every file and directory under dir.
-func syncTree(dir string) error {
-	return filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-		if err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() && !fi.IsDir() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		return f.Sync()
-	})
 }

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
 	"github.com/space-sandbox/space/internal/store"
@@ -148,14 +150,17 @@ func lowerLayers(mf *manifest) []fstree.Layer {
 }
 
 // stopRuntime removes b's runtime and gives its slot back; streams to its agent end, saying
-// the sandbox was (why: "paused", "stopped"). The caller holds b.mu.
-func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) {
+// the sandbox was (why: "paused", "stopped"). What fails is logged and returned. The caller
+// holds b.mu.
+func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) error {
+	var errs []error
 	if b.end != nil {
 		b.end(errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s %s", b.rec.ID, why)))
 	}
 	if drv, ok := m.cfg.Drivers[b.rec.Runtime]; ok {
 		if err := drv.Delete(ctx, b.rec.ID); err != nil {
 			m.log.Error("stop runtime", "id", b.rec.ID, "err", err)
+			errs = append(errs, fmt.Errorf("delete runtime: %w", err))
 		}
 	}
 	if b.hc != nil {
@@ -165,10 +170,12 @@ func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) {
 	if b.slot != nil {
 		if err := m.cfg.Slots.Release(ctx, b.slot); err != nil {
 			m.log.Error("release slot", "id", b.rec.ID, "err", err)
+			errs = append(errs, fmt.Errorf("release slot: %w", err))
 		} else {
-			b.slot, b.rec.SlotIndex = nil, -1
+			b.slot, b.rec.SlotIndex = nil, -1 // never claim a slot another sandbox may now hold
 		}
 	}
+	return errors.Join(errs...)
 }
 
 // bringUp replaces whatever runs for b by the snapshot mf: the old runtime (and a paused
@@ -281,7 +288,7 @@ func (m *Manager) ensurePrivate(mf *manifest) error {
 			os.RemoveAll(tmp)
 			return err
 		}
-		if err := syncTree(tmp); err != nil {
+		if err := durable.SyncTree(tmp); err != nil {
 			return err
 		}
 		if err := os.Rename(tmp, l); err != nil {

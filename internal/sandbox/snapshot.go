@@ -206,7 +206,7 @@ func sameFiles(a, b fstree.Tree) bool {
 // snapshot that holds them nothing is read again.
 func (m *Manager) capturePrivate(tx *cas.Txn, b *box, prev *manifest, mf *manifest) error {
 	for _, l := range b.spec.Layers {
-		if filepath.Dir(l) != m.layersDir() {
+		if !m.isShared(l) {
 			continue
 		}
 		var prevIdx map[string]fstree.Entry

@@ -77,9 +77,6 @@ type CreateRequest struct {
 	Network        *Network
 	FromSnapshot   string
 	AutoSnapshot   *AutoSnapshot
-	// AgentEnv says commands will reach the agent directly (the E2B SDK), so Env must be in the
-	// agent's own environment from the start: a warm sandbox cannot serve.
-	AgentEnv bool
 	// TrafficToken asks for a token guarding the sandbox's ports (see Spec.TrafficToken).
 	TrafficToken bool
 }

@@ -20,7 +20,7 @@ const warmTenant = ""
 // eligible reports whether req can be served from the warm pool.
 func (m *Manager) eligible(req CreateRequest) bool {
 	r := req.Resources
-	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" && !(req.AgentEnv && len(req.Env) > 0) &&
+	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" &&
 		(req.Template == "" || req.Template == m.cfg.DefaultTemplate) &&
 		(req.Runtime == "" || req.Runtime == m.cfg.DefaultRuntime) &&
 		(r.VCPUs == 0 || r.VCPUs == defaultVCPUs) && (r.MemoryMiB == 0 || r.MemoryMiB == defaultMemoryMiB) &&
@@ -61,6 +61,17 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 			b.mu.Unlock()
 			m.goDiscard(b)
 			continue
+		}
+		// The sandbox's variables become the agent's own, as a cold start would have made them:
+		// commands may reach the agent directly (the E2B SDK), not only through spaced's exec.
+		if len(rec.Env) > 0 {
+			if err := b.client.SetEnv(wctx, rec.Env); err != nil {
+				cancel()
+				m.log.Warn("warm sandbox refused its environment; discarding", "id", b.rec.ID, "err", err)
+				b.mu.Unlock()
+				m.goDiscard(b)
+				continue
+			}
 		}
 		prev := b.rec
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State

@@ -257,11 +257,17 @@ func (in *Internet) startServers() error {
 	go func() {
 		buf := make([]byte, 2048)
 		for {
-			_, from, err := icmp.ReadFrom(buf)
+			n, from, err := icmp.ReadFrom(buf)
 			if err != nil {
 				return
 			}
-			in.record("icmp from %s", from)
+			// Echo requests are what a sandbox could send; other types (an unreachable for a
+			// late DNS answer, say) are logged apart so that they are not mistaken for one.
+			if n > 0 && buf[0] == 8 {
+				in.record("icmp echo from %s", from)
+			} else if n > 0 {
+				in.record("icmp type %d from %s", buf[0], from)
+			}
 		}
 	}()
 	return nil

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -80,5 +81,5 @@ func (s *Store) ExportExt4(ctx context.Context, name, dest string) error {
 	if err := os.Rename(tmp, dest); err != nil {
 		return err
 	}
-	return syncDir(filepath.Dir(dest))
+	return durable.Sync(filepath.Dir(dest))
 }

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -265,7 +266,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 	}
 	// Flush the whole tree before the rename makes it visible, so that a crash never leaves a
 	// complete-looking version with empty files.
-	if err := syncFS(tmp); err != nil {
+	if err := durable.SyncFS(tmp); err != nil {
 		return Template{}, err
 	}
 	final := filepath.Join(nameDir, version)
@@ -278,7 +279,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 		return Template{}, err
 	}
 	committed = true
-	if err := syncDir(nameDir); err != nil {
+	if err := durable.Sync(nameDir); err != nil {
 		return Template{}, err
 	}
 	s.log.InfoContext(ctx, "built template", "template", name, "version", version,
@@ -437,27 +438,6 @@ func lockFile(path string) (func(), error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	return func() { f.Close() }, nil
-}
-
-func syncFS(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := unix.Syncfs(int(f.Fd())); err != nil {
-		return fmt.Errorf("syncfs %s: %w", dir, err)
-	}
-	return nil
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 // overlayLowerDirs returns the lowerdir option of every overlay mount this process can see.

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -89,7 +90,7 @@ func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
 	if err := os.Rename(tmp.Name(), filepath.Join(s.userDir(), t.Name+".json")); err != nil {
 		return Template{}, err
 	}
-	if err := syncDir(s.userDir()); err != nil {
+	if err := durable.Sync(s.userDir()); err != nil {
 		return Template{}, err
 	}
 	s.log.InfoContext(ctx, "saved template", "template", t.Name, "parent", t.Parent, "layers", len(t.Layers), "size_bytes", size)
@@ -158,7 +159,7 @@ func (s *Store) Delete(ctx context.Context, name string, keep func() []string) e
 	if err := os.Remove(filepath.Join(s.userDir(), name+".json")); err != nil {
 		return err
 	}
-	if err := syncDir(s.userDir()); err != nil {
+	if err := durable.Sync(s.userDir()); err != nil {
 		return err
 	}
 	s.gcMu.Lock()

@@ -7,7 +7,10 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -160,18 +163,35 @@ func connectErr(err error) error {
 	return connect.NewError(code, err)
 }
 
-// initHandler serves POST /init {"accessToken": "…"}: the caller, holding the current token,
-// gives the agent a new one (as E2B's envd /init does). An empty token is refused.
-func initHandler(token *accessToken) http.Handler {
+// initHandler serves POST /init {"accessToken": "…", "envVars": {…}} (as E2B's envd /init
+// does): the caller, holding the current token, gives the agent a new token, or environment
+// variables every later command starts with (over the base environment), or both. A request
+// with neither, or a variable name that is empty or holds '=' or NUL, is refused.
+func initHandler(token *accessToken, setEnv func([]string)) http.Handler {
 	return requireToken(token, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var req struct {
-			AccessToken string `json:"accessToken"`
+			AccessToken string            `json:"accessToken"`
+			EnvVars     map[string]string `json:"envVars"`
 		}
-		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 4096)).Decode(&req); err != nil || req.AccessToken == "" {
-			writeJSONError(w, http.StatusBadRequest, "want {\"accessToken\": \"…\"}")
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 256<<10)).Decode(&req); err != nil || (req.AccessToken == "" && req.EnvVars == nil) {
+			writeJSONError(w, http.StatusBadRequest, "want {\"accessToken\": \"…\"} and/or {\"envVars\": {…}}")
 			return
 		}
-		token.set(req.AccessToken)
+		env := make([]string, 0, len(req.EnvVars))
+		for _, k := range slices.Sorted(maps.Keys(req.EnvVars)) {
+			v := req.EnvVars[k]
+			if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) {
+				writeJSONError(w, http.StatusBadRequest, fmt.Sprintf("envVars: bad variable %q", k))
+				return
+			}
+			env = append(env, k+"="+v)
+		}
+		if req.EnvVars != nil {
+			setEnv(env)
+		}
+		if req.AccessToken != "" {
+			token.set(req.AccessToken)
+		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
 }

@@ -321,7 +321,7 @@ func (s *Server) buildSpec(u User, req *pb.StartRequest) (procSpec, error) {
 		return procSpec{}, err
 	}
 	spec.dir = dir
-	spec.env = buildEnv(s.cfg.BaseEnv, u, cfg.GetEnvs(), spec.pty != nil)
+	spec.env = buildEnv(s.baseEnv(), u, cfg.GetEnvs(), spec.pty != nil)
 	spec.path, err = lookPath(cfg.GetCmd(), envValue(spec.env, "PATH"), dir)
 	if err != nil {
 		return procSpec{}, err

@@ -14,6 +14,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -119,6 +121,8 @@ type Server struct {
 	reaper  *reaper
 	watches *watcherSet
 	handler http.Handler
+	// initEnv holds variables POST /init set, laid over cfg.BaseEnv for every later command.
+	initEnv atomic.Pointer[[]string]
 }
 
 // New builds a server and starts its reaper.
@@ -143,7 +147,7 @@ func New(cfg Config) (*Server, error) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("/files", requireToken(token, &filesHandler{s: s}))
-	mux.Handle("POST /init", initHandler(token))
+	mux.Handle("POST /init", initHandler(token, func(env []string) { s.initEnv.Store(&env) }))
 	mux.Handle("POST /restore", requireToken(token, &restoreHandler{s: s}))
 	s.handler = mux
 	return s, nil
@@ -193,4 +197,14 @@ func (s *Server) Close() error {
 // SignalAll sends sig to the process group of every running process (used on agent shutdown).
 func (s *Server) SignalAll(sig os.Signal) {
 	s.procs.signalAll(sig)
+}
+
+// baseEnv is the environment every command starts from: the configured base, then what POST
+// /init set.
+func (s *Server) baseEnv() []string {
+	extra := s.initEnv.Load()
+	if extra == nil {
+		return s.cfg.BaseEnv
+	}
+	return append(slices.Clone(s.cfg.BaseEnv), *extra...)
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 )
@@ -123,32 +124,32 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) err
 	return d.start(ctx, spec, dir)
 }
 
-// writeManifest writes m last, so that a manifest never describes missing data; with durable,
+// writeManifest writes m last, so that a manifest never describes missing data; with mustSync,
 // after making the rest of dir durable, and itself atomically and durably.
-func writeManifest(dir string, m manifest, durable bool) error {
+func writeManifest(dir string, m manifest, mustSync bool) error {
 	m.Driver, m.Format, m.CreatedAt = Name, manifestFormat, time.Now().UTC()
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if !durable {
+	if !mustSync {
 		return os.WriteFile(filepath.Join(dir, manifestFile), b, 0o644)
 	}
 	// Everything else first, so that a manifest never describes missing data.
-	if err := syncTree(dir); err != nil {
+	if err := durable.SyncTree(dir); err != nil {
 		return err
 	}
 	tmp := filepath.Join(dir, "."+manifestFile)
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return err
 	}
-	if err := syncPath(tmp); err != nil {
+	if err := durable.Sync(tmp); err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, manifestFile)); err != nil {
 		return err
 	}
-	return syncPath(dir)
+	return durable.Sync(dir)
 }
 
 func readManifest(dir string) (manifest, error) {

@@ -1,9 +1,7 @@
 package gvisor
 
 import (
-	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -217,34 +215,4 @@ func copyFile(src, dst string, perm os.FileMode) error {
 		return err
 	}
 	return out.Close()
-}
-
-// syncTree makes every file and directory under dir durable, and dir's entry in its parent.
-// Per-file fsync rather than syncfs: syncfs would also wait for every other sandbox's writes.
-func syncTree(dir string) error {
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() && !d.IsDir() {
-			return nil
-		}
-		return syncPath(p)
-	})
-	if err != nil {
-		return err
-	}
-	return syncPath(filepath.Dir(dir))
-}
-
-func syncPath(p string) error {
-	f, err := os.Open(p)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
-		return err
-	}
-	return nil
 }

@@ -1,0 +1,59 @@
+// Package durable makes files and directories reach the disk: the fsync helpers behind every
+// "done only once it is on disk" in SPACE (checkpoints, snapshots, shared layers, templates).
+package durable
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Sync fsyncs the file or directory at p (a directory: the entries in it). File systems that
+// cannot fsync a directory (EINVAL) are not an error.
+func Sync(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && !errors.Is(err, unix.EINVAL) {
+		return err
+	}
+	return nil
+}
+
+// SyncTree makes every regular file and directory under dir durable, and dir's entry in its
+// parent. It fsyncs file by file rather than the whole file system: syncfs would also wait for
+// every other writer (other sandboxes) on the disk.
+func SyncTree(dir string) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.Type().IsRegular() && !d.IsDir() {
+			return nil
+		}
+		return Sync(p)
+	})
+	if err != nil {
+		return err
+	}
+	return Sync(filepath.Dir(dir))
+}
+
+// SyncFS flushes the whole file system holding dir (for trees too large to fsync one by one).
+func SyncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("syncfs %s: %w", dir, err)
+	}
+	return nil
+}
