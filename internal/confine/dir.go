@@ -24,7 +24,9 @@ func (d *Dir) Close() error { return unix.Close(d.fd) }
 // Path is the directory's path beneath its root.
 func (d *Dir) Path() string { return d.path }
 
-func (d *Dir) err(op, name string, err error) error { return d.root.errorf(op, join(d.path, name), err) }
+func (d *Dir) err(op, name string, err error) error {
+	return d.root.errorf(op, join(d.path, name), err)
+}
 
 func validName(name string) error {
 	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") {
