@@ -429,7 +429,10 @@ func (r *Root) Walk(p string, fn WalkFunc) error {
 	if info, err = parent.Lstat(base); err != nil {
 		return err
 	}
-	return walkEntry(parent, c, base, info, fn)
+	if err := walkEntry(parent, c, base, info, fn); !errors.Is(err, fs.SkipDir) {
+		return err
+	}
+	return nil
 }
 
 // WalkFunc is called by Walk for each entry.
@@ -463,7 +466,9 @@ func walkDir(d *Dir, p string, fn WalkFunc) error {
 		return err
 	}
 	for _, e := range entries {
-		if err := walkEntry(d, join(p, e.Name), e.Name, e.Info, fn); err != nil {
+		if err := walkEntry(d, join(p, e.Name), e.Name, e.Info, fn); errors.Is(err, fs.SkipDir) {
+			return nil // SkipDir for a file skips the rest of its directory
+		} else if err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"io/fs"
 	"path"
+
+	"golang.org/x/sys/unix"
 )
 
 // CopyStats counts what CopyTree left out.
@@ -202,4 +204,43 @@ func (r *Root) WriteFile(p string, data []byte, mode uint32) error {
 		return err
 	}
 	return f.Close()
+}
+
+// Sync makes every regular file and directory of the tree durable (fsync each, by descriptor).
+// File systems that cannot fsync a directory (EINVAL) are not an error.
+func (r *Root) Sync() error {
+	return r.Walk("", func(e Entry) error {
+		switch {
+		case e.Info.IsRegular():
+			f, _, err := e.Open()
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return syncErr(unix.Fsync(int(f.Fd())), f.Name())
+		case e.Info.IsDir():
+			if e.Path == "" {
+				d, err := r.OpenDir("")
+				if err != nil {
+					return err
+				}
+				defer d.Close()
+				return syncErr(unix.Fsync(d.fd), r.name)
+			}
+			d, err := e.dir.OpenDir(e.name)
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			return syncErr(unix.Fsync(d.fd), r.name+"/"+e.Path)
+		}
+		return nil
+	})
+}
+
+func syncErr(err error, name string) error {
+	if err == nil || errors.Is(err, unix.EINVAL) {
+		return nil
+	}
+	return pathErr("fsync", name, err)
 }

@@ -5,11 +5,12 @@ package durable
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/space-sandbox/space/internal/confine"
 )
 
 // Sync fsyncs the file or directory at p (a directory: the entries in it). File systems that
@@ -28,18 +29,15 @@ func Sync(p string) error {
 
 // SyncTree makes every regular file and directory under dir durable, and dir's entry in its
 // parent. It fsyncs file by file rather than the whole file system: syncfs would also wait for
-// every other writer (other sandboxes) on the disk.
+// every other writer (other sandboxes) on the disk. The tree may be one a sandbox wrote, so it
+// is walked through confine.
 func SyncTree(dir string) error {
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if !d.Type().IsRegular() && !d.IsDir() {
-			return nil
-		}
-		return Sync(p)
-	})
+	root, err := confine.Open(dir)
 	if err != nil {
+		return err
+	}
+	defer root.Close()
+	if err := root.Sync(); err != nil {
 		return err
 	}
 	return Sync(filepath.Dir(dir))

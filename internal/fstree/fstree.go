@@ -10,16 +10,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
-	"path"
-	"path/filepath"
 	"sort"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/confine"
 )
 
 // Entry is one file, directory, link or device of a tree.
@@ -39,7 +36,7 @@ type Entry struct {
 	Ino   uint64 `json:"i,omitempty"`
 	CTime int64  `json:"ct,omitempty"`
 
-	src string // host path the content can be read from, for entries of a directory layer
+	layer string // host directory the content can be read from, for entries of a directory layer
 }
 
 // Whiteout reports whether e marks a deletion (overlayfs: a 0:0 character device).
@@ -103,21 +100,21 @@ func (t Tree) Racy() bool {
 
 // Capture records dir into tx. A regular file whose host identity, size and times equal its
 // entry in prev (a capture of the same directory at prevAt) keeps that entry's chunks unread.
+// dir is a tree the sandbox wrote: it is read through confine, so no link in it is followed
+// and content comes only from the regular file that was described.
 func Capture(tx *cas.Txn, dir string, prev map[string]Entry, prevAt time.Time) (Tree, error) {
+	root, err := confine.Open(dir)
+	if err != nil {
+		return Tree{}, err
+	}
+	defer root.Close()
 	t := Tree{CapturedAt: time.Now()}
 	trustBefore := prevAt.Add(-RacyWindow).UnixNano()
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
+	err = root.Walk("", func(ce confine.Entry) error {
+		if ce.Path == "" {
 			return nil
 		}
-		rel, err := filepath.Rel(dir, p)
-		if err != nil {
-			return err
-		}
-		e, err := statEntry(p, filepath.ToSlash(rel))
+		e, err := entryOf(ce)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // removed while we walked; a frozen pass settles it
@@ -136,15 +133,20 @@ func Capture(tx *cas.Txn, dir string, prev map[string]Entry, prevAt time.Time) (
 					return nil
 				}
 			}
-			f, err := os.Open(p)
+			f, info, err := ce.Open()
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, confine.ErrNotRegular) || errors.Is(err, confine.ErrSymlink) {
+				return nil // replaced while we walked; a frozen pass settles it
+			}
 			if err != nil {
 				return err
 			}
 			cs, err := tx.Put(f)
 			f.Close()
 			if err != nil {
-				return fmt.Errorf("store %s: %w", rel, err)
+				return fmt.Errorf("store %s: %w", e.Path, err)
 			}
+			// The identity of the file that was read, not of the name that was listed.
+			e.Ino, e.MTime, e.CTime, e.Mode, e.UID, e.GID = info.Ino, info.MTime, info.CTime, info.Perm(), info.UID, info.GID
 			e.Chunks = cs
 			var n int64
 			for _, c := range cs {
@@ -161,24 +163,21 @@ func Capture(tx *cas.Txn, dir string, prev map[string]Entry, prevAt time.Time) (
 	return t, nil
 }
 
-// statEntry describes the file at host path p (without content).
-func statEntry(p, rel string) (Entry, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err != nil {
-		return Entry{}, &os.PathError{Op: "lstat", Path: p, Err: err}
-	}
+// entryOf describes a walked entry (without content).
+func entryOf(ce confine.Entry) (Entry, error) {
+	st := ce.Info
 	e := Entry{
-		Path: rel, Mode: st.Mode & 0o7777, UID: int(st.Uid), GID: int(st.Gid),
-		MTime: st.Mtim.Nano(), CTime: st.Ctim.Nano(), Ino: st.Ino, src: p,
+		Path: ce.Path, Mode: st.Perm(), UID: st.UID, GID: st.GID,
+		MTime: st.MTime, CTime: st.CTime, Ino: st.Ino,
 	}
-	switch st.Mode & unix.S_IFMT {
+	switch st.Type() {
 	case unix.S_IFREG:
 		e.Type, e.Size = "f", st.Size
 	case unix.S_IFDIR:
 		e.Type = "d"
 	case unix.S_IFLNK:
 		e.Type = "l"
-		target, err := os.Readlink(p)
+		target, err := ce.Readlink()
 		if err != nil {
 			return Entry{}, err
 		}
@@ -192,7 +191,7 @@ func statEntry(p, rel string) (Entry, error) {
 	default:
 		return Entry{}, nil
 	}
-	x, err := xattrs(p)
+	x, err := ce.Xattrs()
 	if err != nil {
 		return Entry{}, err
 	}
@@ -200,56 +199,21 @@ func statEntry(p, rel string) (Entry, error) {
 	return e, nil
 }
 
-func xattrs(p string) (map[string][]byte, error) {
-	buf := make([]byte, 4096)
-	n, err := unix.Llistxattr(p, buf)
-	if errors.Is(err, unix.ERANGE) {
-		size, err2 := unix.Llistxattr(p, nil)
-		if err2 != nil {
-			return nil, err2
-		}
-		buf = make([]byte, size)
-		n, err = unix.Llistxattr(p, buf)
-	}
-	if errors.Is(err, unix.ENOTSUP) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, &os.PathError{Op: "listxattr", Path: p, Err: err}
-	}
-	var out map[string][]byte
-	for name := range strings.SplitSeq(string(buf[:n]), "\x00") {
-		if name == "" {
-			continue
-		}
-		size, err := unix.Lgetxattr(p, name, nil)
-		if err != nil {
-			if errors.Is(err, unix.ENODATA) {
-				continue
-			}
-			return nil, &os.PathError{Op: "getxattr", Path: p, Err: err}
-		}
-		val := make([]byte, size)
-		size, err = unix.Lgetxattr(p, name, val)
-		if err != nil {
-			return nil, &os.PathError{Op: "getxattr", Path: p, Err: err}
-		}
-		if out == nil {
-			out = map[string][]byte{}
-		}
-		out[name] = val[:size]
-	}
-	return out, nil
-}
-
 // Materialize writes t into the existing empty directory dir, reading file contents from s.
-// Every chunk is hash-checked; a damaged tree fails instead of producing wrong files.
+// Every chunk is hash-checked; a damaged tree fails instead of producing wrong files. A tree is
+// what a sandbox wrote, so it goes to the host through confine: nothing is written through a
+// link, set-id bits, devices and fifos are dropped (whiteouts are kept: overlayfs needs them).
 func Materialize(s *cas.Store, t Tree, dir string) error {
+	root, err := confine.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	for _, e := range t.Entries {
 		if err := checkPath(e.Path); err != nil {
 			return err
 		}
-		if err := create(s, e, filepath.Join(dir, filepath.FromSlash(e.Path))); err != nil {
+		if err := create(root, s, e); err != nil {
 			return err
 		}
 	}
@@ -257,7 +221,7 @@ func Materialize(s *cas.Store, t Tree, dir string) error {
 	for i := len(t.Entries) - 1; i >= 0; i-- {
 		e := t.Entries[i]
 		if e.Type == "d" {
-			if err := setMeta(e, filepath.Join(dir, filepath.FromSlash(e.Path))); err != nil {
+			if err := root.SetMeta(e.Path, meta(e)); err != nil {
 				return err
 			}
 		}
@@ -267,73 +231,66 @@ func Materialize(s *cas.Store, t Tree, dir string) error {
 
 // checkPath refuses paths that would leave the tree.
 func checkPath(p string) error {
-	if p == "" || path.IsAbs(p) || path.Clean(p) != p || p == ".." || strings.HasPrefix(p, "../") {
+	if c, err := confine.Clean(p); err != nil || c == "" {
 		return fmt.Errorf("fstree: bad path %q in tree", p)
 	}
 	return nil
 }
 
-func create(s *cas.Store, e Entry, dst string) error {
+func meta(e Entry) confine.Meta {
+	return confine.Meta{UID: e.UID, GID: e.GID, Mode: e.Mode, MTime: e.MTime, Xattrs: e.Xattrs}
+}
+
+func create(root *confine.Root, s *cas.Store, e Entry) error {
 	switch e.Type {
 	case "d":
-		if err := os.Mkdir(dst, 0o700); err != nil {
-			return err
-		}
-		return nil // meta later
+		return root.Mkdir(e.Path, 0o700) // meta later
 	case "f":
-		f, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		f, err := root.Create(e.Path, 0o600)
 		if err != nil {
 			return err
 		}
 		_, err = s.WriteTo(f, e.Chunks)
+		if err == nil {
+			err = confine.SetFileMeta(f, meta(e))
+		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
 			return fmt.Errorf("write %s: %w", e.Path, err)
 		}
+		return nil
 	case "l":
-		if err := os.Symlink(e.Target, dst); err != nil {
+		if err := root.Symlink(e.Target, e.Path); err != nil {
 			return err
 		}
-	case "c", "b", "p":
-		mode := map[string]uint32{"c": unix.S_IFCHR, "b": unix.S_IFBLK, "p": unix.S_IFIFO}[e.Type]
-		if err := unix.Mknod(dst, mode|e.Mode, int(e.Rdev)); err != nil {
-			return &os.PathError{Op: "mknod", Path: dst, Err: err}
+	case "c":
+		if !e.Whiteout() {
+			return nil // devices never reach the host
 		}
+		if err := root.Whiteout(e.Path); err != nil {
+			return err
+		}
+	case "b", "p":
+		return nil // devices and fifos never reach the host
 	default:
 		return fmt.Errorf("fstree: unknown entry type %q at %s", e.Type, e.Path)
 	}
-	return setMeta(e, dst)
-}
-
-// setMeta applies xattrs, owner, mode and times in an order where each keeps the last.
-func setMeta(e Entry, dst string) error {
-	for name, val := range e.Xattrs {
-		if err := unix.Lsetxattr(dst, name, val, 0); err != nil {
-			return &os.PathError{Op: "setxattr " + name, Path: dst, Err: err}
-		}
-	}
-	if err := unix.Lchown(dst, e.UID, e.GID); err != nil {
-		return &os.PathError{Op: "lchown", Path: dst, Err: err}
-	}
-	if e.Type != "l" {
-		if err := unix.Chmod(dst, e.Mode); err != nil {
-			return &os.PathError{Op: "chmod", Path: dst, Err: err}
-		}
-	}
-	ts := []unix.Timespec{unix.NsecToTimespec(e.MTime), unix.NsecToTimespec(e.MTime)}
-	if err := unix.UtimesNanoAt(unix.AT_FDCWD, dst, ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-		return &os.PathError{Op: "utimes", Path: dst, Err: err}
-	}
-	return nil
+	return root.SetMeta(e.Path, meta(e))
 }
 
 // Open returns e's content: from the chunk store for captured entries, from the host for
 // entries of a directory layer.
 func Open(s *cas.Store, e Entry) (io.ReadCloser, error) {
-	if e.src != "" {
-		return os.Open(e.src)
+	if e.layer != "" {
+		root, err := confine.Open(e.layer)
+		if err != nil {
+			return nil, err
+		}
+		defer root.Close()
+		f, _, err := root.Open(e.Path)
+		return f, err
 	}
 	pr, pw := io.Pipe()
 	go func() {

@@ -6,9 +6,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
-	"path/filepath"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/confine"
 )
 
 // Layer is one layer of an overlay stack. Paths are slash-separated and relative; "" is the root.
@@ -54,28 +53,55 @@ func (l treeLayer) List(dir string) ([]string, error) { return l.kids[dir], nil 
 
 type dirLayer string
 
-// DirLayer is a host directory (a template's root or layer) as a layer.
+// DirLayer is a host directory (a template's root or layer) as a layer. Images and template
+// builds wrote it, so it is read through confine: its links (Debian's /var/run -> /run, an
+// image's hostroot -> /) are entries of the view, never followed on the host.
 func DirLayer(dir string) Layer { return dirLayer(dir) }
 
 func (l dirLayer) Lookup(p string) (Entry, bool, error) {
-	e, err := statEntry(filepath.Join(string(l), filepath.FromSlash(p)), p)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+	root, err := confine.Open(string(l))
+	if err != nil {
+		return Entry{}, false, err
+	}
+	defer root.Close()
+	if p == "" {
+		return Entry{Type: "d", Mode: 0o755}, true, nil
+	}
+	var res Entry
+	err = root.Walk(p, func(ce confine.Entry) error {
+		e, err := entryOf(ce)
+		if err != nil {
+			return err
+		}
+		e.layer = string(l)
+		res = e
+		return fs.SkipDir
+	})
+	// A missing path, or one under something that is not a directory in this layer (a link is
+	// one to the sandbox, resolved in its view; hidden() sees it as a non-directory that hides
+	// what is below), is not in the layer.
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) || errors.Is(err, confine.ErrSymlink) {
 		return Entry{}, false, nil
 	}
 	if err != nil {
 		return Entry{}, false, err
 	}
-	return e, e.Type != "", nil
+	return res, res.Type != "", nil
 }
 
 func (l dirLayer) List(dir string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(string(l), filepath.FromSlash(dir)))
+	root, err := confine.Open(string(l))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	names, err := root.ReadDir(dir)
 	if err != nil {
 		return nil, nil // not a directory in this layer
 	}
-	out := make([]string, 0, len(entries))
-	for _, e := range entries {
-		out = append(out, e.Name())
+	out := make([]string, 0, len(names))
+	for _, e := range names {
+		out = append(out, e.Name)
 	}
 	return out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -360,4 +362,38 @@ func FuzzApplyLayer(f *testing.F) {
 			t.Fatalf("files appeared next to the root (-want +got):\n%s", diff)
 		}
 	})
+}
+
+// TestLayerCannotFillTheDisk: zeros become holes, and data past the image's limit is refused.
+func TestLayerCannotFillTheDisk(t *testing.T) {
+	a := newApplier(t, t.TempDir())
+	a.limit = 1 << 20
+	hdr := func(name string, size int64) *tar.Header {
+		return &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: size, ModTime: testTime}
+	}
+	zeros := io.LimitReader(zeroReader{}, 1<<30)
+	st := &layerState{seen: map[string]bool{}, dirs: map[string]*tar.Header{}}
+	if err := a.applyEntry(hdr("sparse", 1<<30), io.MultiReader(zeros, strings.NewReader("end")), st); err != nil {
+		t.Fatal(err)
+	}
+	var s unix.Stat_t
+	if err := unix.Stat(filepath.Join(a.root.Name(), "sparse"), &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Size != 1<<30+3 || s.Blocks*512 > 1<<20 {
+		t.Fatalf("a 1 GiB file of zeros: size %d, %d bytes on disk", s.Size, s.Blocks*512)
+	}
+	data := bytes.Repeat([]byte{1}, 2<<20)
+	err := a.applyEntry(hdr("big", int64(len(data))), bytes.NewReader(data), st)
+	var rf *refusal
+	if !errors.As(err, &rf) {
+		t.Fatalf("2 MiB of data past a 1 MiB limit: %v", err)
+	}
+}
+
+type zeroReader struct{}
+
+func (zeroReader) Read(b []byte) (int, error) {
+	clear(b)
+	return len(b), nil
 }

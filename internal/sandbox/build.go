@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/confine"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/image"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -435,12 +436,12 @@ func imageUser(root, u string) (string, error) {
 	if u == "" {
 		return "", nil
 	}
-	r, err := os.OpenRoot(root)
+	r, err := confine.Open(root)
 	if err != nil {
 		return "", err
 	}
 	defer r.Close()
-	b, err := r.ReadFile("etc/passwd")
+	b, err := r.ReadFile("etc/passwd", 16<<20)
 	if err != nil {
 		return "", errdefs.InvalidArgument(fmt.Sprintf("image user %q: no /etc/passwd to find it in", u))
 	}
@@ -454,31 +455,20 @@ func imageUser(root, u string) (string, error) {
 }
 
 // prepareImageRoot adds to an unpacked image what a sandbox root needs and images may lack. All
-// of it happens inside the image (os.Root): a symlink in a hostile image cannot redirect a write
-// to the host.
+// of it happens through confine: a link in a hostile image is replaced, never written through.
 func prepareImageRoot(dir string) error {
-	r, err := os.OpenRoot(dir)
+	r, err := confine.Open(dir)
 	if err != nil {
 		return err
 	}
 	defer r.Close()
-	if err := r.MkdirAll(".space", 0o755); err != nil {
+	if err := r.EnsureFile(".space/space-agent", 0o755); err != nil {
 		return err
 	}
-	f, err := r.OpenFile(".space/space-agent", os.O_CREATE|os.O_WRONLY, 0o755)
-	if err != nil {
+	if err := r.EnsureDir("tmp", 0o1777); err != nil {
 		return err
 	}
-	f.Close()
-	if _, err := r.Lstat("tmp"); errors.Is(err, os.ErrNotExist) {
-		if err := r.Mkdir("tmp", 0o777); err != nil {
-			return err
-		}
-		if err := r.Chmod("tmp", 0o1777); err != nil {
-			return err
-		}
-	}
-	if err := r.MkdirAll("etc", 0o755); err != nil {
+	if err := r.EnsureDir("etc", 0o755); err != nil {
 		return err
 	}
 	if _, err := r.Lstat("etc/passwd"); errors.Is(err, os.ErrNotExist) {
@@ -489,5 +479,5 @@ func prepareImageRoot(dir string) error {
 			return err
 		}
 	}
-	return r.MkdirAll("root", 0o700)
+	return r.EnsureDir("root", 0o700)
 }

@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/space-sandbox/space/internal/confine"
 	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -403,22 +404,15 @@ func (s *Store) digest(path string) (string, error) {
 	return d, nil
 }
 
+// treeSize is the total length of the regular files of a template tree (walked through
+// confine: template layers are what images and build steps wrote).
 func treeSize(root string) (int64, error) {
-	var n int64
-	err := filepath.WalkDir(root, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.Type().IsRegular() {
-			info, err := d.Info()
-			if err != nil {
-				return err
-			}
-			n += info.Size()
-		}
-		return nil
-	})
-	return n, err
+	r, err := confine.Open(root)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	return r.Size("")
 }
 
 // lockFile takes an exclusive flock on path, creating it, and returns the unlock function.

@@ -1,13 +1,16 @@
 package gvisor
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/space-sandbox/space/internal/confine"
 	"github.com/space-sandbox/space/internal/runtime"
 )
 
@@ -58,8 +61,9 @@ func (d *Driver) resources(r runtime.Resources) runtime.Resources {
 	}
 }
 
-// bundleSpec is the OCI runtime spec of a sandbox whose bundle directory is sb.
-func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
+// bundleSpec is the OCI runtime spec of a sandbox whose bundle directory is sb; withBundle says
+// whether the template has a system CA bundle for the installation's CA to join.
+func (d *Driver) bundleSpec(spec runtime.Spec, sb string, withBundle bool) *specs.Spec {
 	env := map[string]string{"PATH": defaultPath, "HOME": "/root"}
 	maps.Copy(env, spec.Env)
 	if spec.AgentToken != "" {
@@ -128,7 +132,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string) *specs.Spec {
 		out.Mounts = append(out.Mounts,
 			specs.Mount{Destination: "/etc/space/ca.crt", Type: "bind", Source: filepath.Join(sb, caFile), Options: []string{"bind", "ro"}},
 			specs.Mount{Destination: "/etc/space/ca-bundle.crt", Type: "bind", Source: filepath.Join(sb, caBundleFile), Options: []string{"bind", "ro"}})
-		if systemBundle(spec) != "" {
+		if withBundle {
 			out.Mounts = append(out.Mounts, specs.Mount{Destination: "/" + systemBundlePath, Type: "bind", Source: filepath.Join(sb, caBundleFile), Options: []string{"bind", "ro"}})
 		}
 	}
@@ -142,35 +146,57 @@ const (
 	systemBundlePath = "etc/ssl/certs/ca-certificates.crt"
 )
 
-// systemBundle returns the host path of the template's CA bundle (its topmost layer that has
-// one), or "".
-func systemBundle(spec runtime.Spec) string {
-	layers := append(slices.Clone(spec.Layers), spec.RootFS)
-	slices.Reverse(layers)
-	for _, l := range layers {
-		p := filepath.Join(l, systemBundlePath)
-		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
-			return p
-		}
-	}
-	return ""
-}
+// bundleLimit bounds the system CA bundle read from a template (Debian's is about 220 KB).
+const bundleLimit = 8 << 20
 
-// writeCA writes the sandbox's CA files: the certificate, and the system bundle with it appended.
-func writeCA(sb string, spec runtime.Spec) error {
+// writeCA writes the sandbox's CA files: the certificate, and the system bundle of the merged
+// root rootfs with it appended. The root is the template and the sandbox's own writable layer,
+// so the bundle is read through confine: a link planted there is no bundle (the sandbox then
+// gets the installation's CA alone), never a host file. It reports whether a bundle was found.
+func writeCA(sb, rootfs string, spec runtime.Spec) (bool, error) {
 	if len(spec.CACert) == 0 {
-		return nil
+		return false, nil
 	}
 	if err := os.WriteFile(filepath.Join(sb, caFile), spec.CACert, 0o644); err != nil {
+		return false, err
+	}
+	root, err := confine.Open(rootfs)
+	if err != nil {
+		return false, err
+	}
+	defer root.Close()
+	var bundle []byte
+	found := false
+	if b, err := root.ReadFile(systemBundlePath, bundleLimit); err == nil {
+		bundle, found = append(b, '\n'), true
+	}
+	return found, os.WriteFile(filepath.Join(sb, caBundleFile), append(bundle, spec.CACert...), 0o644)
+}
+
+// ensureMountPoints makes sure every place the bundle mounts something over inside the sandbox's
+// root is a real directory or file whose every ancestor is a real directory, not a link the
+// image or the sandbox planted: runsc resolves bind-mount sources on the host, and /tmp's source
+// lies inside the root. Whatever else is there is replaced (in the writable layer).
+func ensureMountPoints(rootfs string, spec runtime.Spec, withBundle bool) error {
+	root, err := confine.Open(rootfs)
+	if err != nil {
 		return err
 	}
-	var bundle []byte
-	if p := systemBundle(spec); p != "" {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		bundle = append(b, '\n')
+	defer root.Close()
+	if err := root.EnsureDir("tmp", 0o1777); err != nil {
+		return fmt.Errorf("mount point /tmp: %w", err)
 	}
-	return os.WriteFile(filepath.Join(sb, caBundleFile), append(bundle, spec.CACert...), 0o644)
+	files := []string{strings.TrimPrefix(AgentGuestPath, "/"), "etc/resolv.conf"}
+	if len(spec.CACert) > 0 {
+		files = append(files, "etc/space/ca.crt", "etc/space/ca-bundle.crt")
+		if withBundle {
+			files = append(files, systemBundlePath)
+		}
+	}
+	for _, f := range files {
+		if err := root.EnsureFile(f, 0o644); err != nil {
+			return fmt.Errorf("mount point /%s: %w", f, err)
+		}
+	}
+	return nil
 }

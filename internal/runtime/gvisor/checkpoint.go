@@ -91,7 +91,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, opts runtime.Ch
 	if err := copyTree(filepath.Join(sb, "upper"), filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: copy writable layer: %w", id, err)
 	}
-	if err := copyFile(filepath.Join(sb, agentFile), filepath.Join(dir, agentFile), 0o755); err != nil {
+	if err := copyFile(sb, agentFile, filepath.Join(dir, agentFile), 0o755); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: copy agent: %w", id, err)
 	}
 	info, err := d.readInfo(id)

@@ -379,35 +379,31 @@ func TestWritableLayerOnDisk(t *testing.T) {
 	}
 }
 
-// TestResourcesReachCgroups: limits from the spec are in the host cgroups, defaults when zero.
+// TestResourcesReachCgroups: limits from the spec are in the host cgroups, v1 or v2 (whichever
+// the host has), defaults when zero.
 func TestResourcesReachCgroups(t *testing.T) {
-	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.limit_in_bytes"); err != nil {
-		t.Skip("needs cgroup v1 memory, cpu and pids hierarchies")
-	}
 	h := newHost(t)
 	d := h.newDriver(t)
 	tests := []struct {
-		name                string
-		res                 runtime.Resources
-		memory, quota, pids string
+		name                 string
+		res                  runtime.Resources
+		memory, quota, pids int64
 	}{
-		{"explicit", runtime.Resources{VCPUs: 2, MemoryMiB: 300, Pids: 500}, "314572800", "200000", "628"},
-		{"defaults", runtime.Resources{}, strconv.Itoa(gvisor.DefaultMemoryMiB << 20), "100000", strconv.Itoa(gvisor.DefaultPids + 128)},
+		{"explicit", runtime.Resources{VCPUs: 2, MemoryMiB: 300, Pids: 500}, 314572800, 200000, 628},
+		{"defaults", runtime.Resources{}, gvisor.DefaultMemoryMiB << 20, 100000, gvisor.DefaultPids + 128},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			spec := h.sandbox(t, d, tt.res)
-			cg := filepath.Join("space-"+h.instance, spec.ID)
-			for file, want := range map[string]string{
-				"memory/" + cg + "/memory.limit_in_bytes": tt.memory,
-				"cpu/" + cg + "/cpu.cfs_quota_us":         tt.quota,
-				"cpu/" + cg + "/cpu.cfs_period_us":        "100000",
-				"pids/" + cg + "/pids.max":                tt.pids,
-			} {
-				b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", file))
-				if got := strings.TrimSpace(string(b)); err != nil || got != want {
-					t.Errorf("%s = %q, %v; want %s", file, got, err, want)
-				}
+			cg := testutil.CgroupOf(t, filepath.Join("space-"+h.instance, spec.ID))
+			if got := cg.MemoryLimit(t); got != tt.memory {
+				t.Errorf("memory limit (v2 %v) = %d, want %d", cg.V2, got, tt.memory)
+			}
+			if quota, period := cg.CPUQuota(t); quota != tt.quota || period != 100000 {
+				t.Errorf("cpu quota (v2 %v) = %d/%d, want %d/100000", cg.V2, quota, period, tt.quota)
+			}
+			if _, limit := cg.Pids(t); limit != tt.pids {
+				t.Errorf("pids.max (v2 %v) = %d, want %d", cg.V2, limit, tt.pids)
 			}
 		})
 	}

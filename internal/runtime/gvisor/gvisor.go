@@ -208,42 +208,38 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 			return err
 		}
 	}
-	agent := spec.AgentPath
+	agentDir, agentName := filepath.Split(spec.AgentPath)
 	if ckpt != "" {
 		if err := copyTree(filepath.Join(ckpt, "upper"), filepath.Join(sb, "upper")); err != nil {
 			return fmt.Errorf("seed writable layer: %w", err)
 		}
 		// The checkpointed memory holds the agent that was running then; restore exactly it.
-		agent = filepath.Join(ckpt, agentFile)
+		agentDir, agentName = ckpt, agentFile
 	}
 	if err := writeResolvConf(filepath.Join(sb, resolvFile), spec.Network.Gateway); err != nil {
 		return fmt.Errorf("resolv.conf: %w", err)
 	}
-	if err := writeCA(sb, spec); err != nil {
-		return fmt.Errorf("CA: %w", err)
-	}
 	// A private copy: rebuilding the agent on the host never changes a running or checkpointed
 	// sandbox's binary under it.
-	if err := copyFile(agent, filepath.Join(sb, agentFile), 0o755); err != nil {
+	if err := copyFile(agentDir, agentName, filepath.Join(sb, agentFile), 0o755); err != nil {
 		return fmt.Errorf("copy agent: %w", err)
 	}
 	rootfs := filepath.Join(sb, "rootfs")
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
 		lowerDirs(spec), filepath.Join(sb, "upper"), filepath.Join(sb, "work"))
-	if err := unix.Mount("overlay", rootfs, "overlay", 0, opts); err != nil {
+	// nosuid, nodev: nothing the sandbox or its image wrote is a set-id program or a device
+	// on the host.
+	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay on %s: %w", rootfs, err)
 	}
-	// /tmp is bind-mounted from the rootfs itself (see bundleSpec); make sure it exists.
-	tmp := filepath.Join(rootfs, "tmp")
-	if _, err := os.Lstat(tmp); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(tmp, 0o777); err != nil {
-			return err
-		}
-		if err := unix.Chmod(tmp, 0o1777); err != nil {
-			return err
-		}
+	withBundle, err := writeCA(sb, rootfs, spec)
+	if err != nil {
+		return fmt.Errorf("CA: %w", err)
 	}
-	b, err := json.MarshalIndent(d.bundleSpec(spec, sb), "", "  ")
+	if err := ensureMountPoints(rootfs, spec, withBundle); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(d.bundleSpec(spec, sb, withBundle), "", "  ")
 	if err != nil {
 		return err
 	}

@@ -3,12 +3,12 @@ package gvisor
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/space-sandbox/space/internal/confine"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 )
@@ -46,13 +46,10 @@ func (d *Driver) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	} else {
 		return u, fmt.Errorf("gvisor: usage of %s: no cgroup: %w", id, errdefs.ErrNotFound)
 	}
-	filepath.WalkDir(filepath.Join(d.sandboxDir(id), "upper"), func(p string, e fs.DirEntry, err error) error {
-		if err == nil && e.Type().IsRegular() {
-			if fi, err := e.Info(); err == nil {
-				u.DiskBytes += fi.Size()
-			}
-		}
-		return nil
-	})
+	// The writable layer is the sandbox's: walked through confine, never through its links.
+	if root, err := confine.Open(filepath.Join(d.sandboxDir(id), "upper")); err == nil {
+		u.DiskBytes, _ = root.Size("")
+		root.Close()
+	}
 	return u, nil
 }
