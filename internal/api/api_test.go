@@ -549,6 +549,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"bad on_timeout", "POST", "/v1/sandboxes", `{"on_timeout":"explode"}`, 400, "invalid_argument"},
 		{"bad egress", "POST", "/v1/sandboxes", `{"network":{"egress":{"default":"maybe"}}}`, 400, "invalid_argument"},
 		{"bad memory", "POST", "/v1/sandboxes", `{"resources":{"memory_mib":1}}`, 400, "invalid_argument"},
+		{"too few pids", "POST", "/v1/sandboxes", `{"resources":{"pids":4}}`, 400, "invalid_argument"},
+		{"too many pids", "POST", "/v1/sandboxes", `{"resources":{"pids":1000000}}`, 400, "invalid_argument"},
 		{"bad id", "GET", "/v1/sandboxes/not-an-id", "", 400, "invalid_argument"},
 		{"unknown id", "GET", "/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa", "", 404, "not_found"},
 		{"bad state filter", "GET", "/v1/sandboxes?state=sleepy", "", 400, "invalid_argument"},

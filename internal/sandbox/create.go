@@ -272,7 +272,7 @@ func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
 	return runtime.Spec{
 		ID: b.rec.ID, RootFS: tpl.RootFS, Layers: tpl.Layers, AgentPath: m.cfg.AgentPath, AgentToken: b.rec.AccessToken,
 		Env: env, Hostname: hostname(b.rec.ID), CACert: m.cfg.EgressCA,
-		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB},
+		Resources: runtime.Resources{VCPUs: b.spec.Resources.VCPUs, MemoryMiB: b.spec.Resources.MemoryMiB, DiskMiB: b.spec.Resources.DiskMiB, Pids: b.spec.Resources.Pids},
 		Network: runtime.Network{
 			NetNSPath: slot.NetNSPath, Interface: slot.GuestIf, GuestIP: slot.GuestIP, Gateway: slot.HostIP,
 		},

@@ -16,6 +16,9 @@ type Resources struct {
 	VCPUs     int   `json:"vcpus"`
 	MemoryMiB int64 `json:"memory_mib"`
 	DiskMiB   int64 `json:"disk_mib"`
+	// Pids bounds the sandbox's processes and threads, enforced on the host (under gVisor each
+	// process inside costs host tasks too, so fewer than Pids fit); 0 is the driver's default.
+	Pids int64 `json:"pids,omitempty"`
 }
 
 // Egress is a sandbox's egress policy, enforced by the egress gateway (internal/egress).
@@ -151,6 +154,13 @@ func validateNetwork(n Network) error {
 	return nil
 }
 
+// The range of resources.pids: enough for a shell and a few commands, at most what one
+// sandbox may hold of the host's process table.
+const (
+	minPids = 32
+	maxPids = 65536
+)
+
 func validateResources(r Resources) error {
 	if r.VCPUs < 0 || r.VCPUs > 64 {
 		return errdefs.InvalidArgument("resources.vcpus: want 1..64")
@@ -160,6 +170,9 @@ func validateResources(r Resources) error {
 	}
 	if r.DiskMiB != 0 && (r.DiskMiB < 64 || r.DiskMiB > 1<<20) {
 		return errdefs.InvalidArgument("resources.disk_mib: want 64..1048576")
+	}
+	if r.Pids != 0 && (r.Pids < minPids || r.Pids > maxPids) {
+		return errdefs.InvalidArgument(fmt.Sprintf("resources.pids: want %d..%d", minPids, maxPids))
 	}
 	return nil
 }

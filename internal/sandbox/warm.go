@@ -24,7 +24,7 @@ func (m *Manager) eligible(req CreateRequest) bool {
 		(req.Template == "" || req.Template == m.cfg.DefaultTemplate) &&
 		(req.Runtime == "" || req.Runtime == m.cfg.DefaultRuntime) &&
 		(r.VCPUs == 0 || r.VCPUs == defaultVCPUs) && (r.MemoryMiB == 0 || r.MemoryMiB == defaultMemoryMiB) &&
-		(r.DiskMiB == 0 || r.DiskMiB == defaultDiskMiB)
+		(r.DiskMiB == 0 || r.DiskMiB == defaultDiskMiB) && r.Pids == 0
 }
 
 // claim takes a ready pool member and makes it rec's sandbox: rec's ID is replaced by the

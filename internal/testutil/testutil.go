@@ -1,5 +1,5 @@
-// Package testutil holds helpers shared by SPACE's tests: the single gate for privileged tests.
-// Only _test.go files import it.
+// Package testutil holds helpers shared by SPACE's tests: the single gate for privileged tests
+// and a reader of a sandbox's host cgroup on v1 or v2. Only _test.go files import it.
 package testutil
 
 import (

@@ -41,6 +41,7 @@ type Resources struct {
 	VCPUs     int `json:"vcpus,omitempty"`
 	MemoryMiB int `json:"memory_mib,omitempty"`
 	DiskMiB   int `json:"disk_mib,omitempty"`
+	Pids      int `json:"pids,omitempty"` // processes and threads; 0 is the server's default
 }
 
 // NetworkSpec is a sandbox's network policy.

@@ -385,8 +385,8 @@ func TestResourcesReachCgroups(t *testing.T) {
 	h := newHost(t)
 	d := h.newDriver(t)
 	tests := []struct {
-		name                 string
-		res                  runtime.Resources
+		name                string
+		res                 runtime.Resources
 		memory, quota, pids int64
 	}{
 		{"explicit", runtime.Resources{VCPUs: 2, MemoryMiB: 300, Pids: 500}, 314572800, 200000, 628},
