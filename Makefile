@@ -33,6 +33,7 @@ lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt: files above need formatting"; exit 1; }
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
+	$(GO) run ./cmd/space-lint -test=false ./...   # hostile trees only through internal/confine
 
 test-unit:
 	SPACE_PRIVILEGED_TESTS=1 $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /e2e)

@@ -317,6 +317,7 @@ func (a *applier) setTimes(p string, hdr *tar.Header) error {
 		atime = hdr.ModTime
 	}
 	ts := []unix.Timespec{timespec(atime), timespec(hdr.ModTime)}
+	//confine:host relative to a directory opened through os.Root, final component not followed
 	if err := unix.UtimesNanoAt(int(d.Fd()), path.Base(p), ts, unix.AT_SYMLINK_NOFOLLOW); err != nil {
 		return &fs.PathError{Op: "utimensat", Path: p, Err: err}
 	}

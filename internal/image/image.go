@@ -113,6 +113,7 @@ func Unpack(ctx context.Context, src Source, dest string, opts Options) (Config,
 		return Config{}, classify(err)
 	}
 
+	//confine:host dest is the empty directory the caller made; entries go through os.Root beneath it
 	root, err := os.OpenRoot(dest)
 	if err != nil {
 		return Config{}, fmt.Errorf("open %s: %w", dest, err)
@@ -186,6 +187,7 @@ func (r *readRecorder) Read(p []byte) (int, error) {
 
 // checkDest insists on an existing, empty directory.
 func checkDest(dest string) error {
+	//confine:host dest is the empty directory the caller made
 	f, err := os.Open(dest)
 	if err != nil {
 		return errdefs.InvalidArgument(fmt.Sprintf("unpack destination %s: %v", dest, err))
@@ -246,6 +248,7 @@ func localClassifier(src Source) func(error) error {
 }
 
 func statSource(kind, p string, wantDir bool) error {
+	//confine:host an image source the administrator named (archive or layout), not an unpacked tree
 	fi, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return errdefs.NotFound(fmt.Sprintf("%s %s not found", kind, p))

@@ -325,6 +325,7 @@ func (m *Manager) runStep(ctx context.Context, exp runtime.LayerExporter, tpl Te
 	}
 	if err := os.Rename(tmp, layer); err != nil {
 		os.RemoveAll(tmp)
+		//confine:host a template layer directory by the store's own path, not a path inside it
 		if _, serr := os.Stat(layer); serr == nil {
 			return nil // a concurrent build of the same step made it first
 		}
@@ -385,6 +386,7 @@ func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref str
 		return Template{}, err
 	}
 	tmp += ".tmp"
+	//confine:host a template layer directory by the store's own path, not a path inside it
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return Template{}, err
 	}

@@ -58,6 +58,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 	}
 	parent, parentSpec := b.rec, b.spec
 	dir := filepath.Join(m.cfg.StateDir, "forks", newID("fork_", 12))
+	//confine:host spaced's state directory
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		b.mu.Unlock()
 		return nil, err

@@ -40,6 +40,7 @@ func (m *Manager) pinLayer(dir string) func() {
 func (m *Manager) shareUpper(ckpt string) (layer string, unpin func(), err error) {
 	layer = filepath.Join(m.layersDir(), newID("fork_", 16))
 	unpin = m.pinLayer(layer)
+	//confine:host spaced's shared-layer directory and the layer directories by their own paths, not paths inside them
 	if err := os.MkdirAll(m.layersDir(), 0o700); err != nil {
 		unpin()
 		return "", nil, err
@@ -71,11 +72,13 @@ func (m *Manager) snapshotLayer(sid string, mf *manifest) (layer string, unpin f
 	unpin = m.pinLayer(layer)
 	m.layerMu.Lock()
 	defer m.layerMu.Unlock()
+	//confine:host spaced's shared-layer directory and the layer directories by their own paths, not paths inside them
 	if _, err := os.Stat(layer); err == nil {
 		return layer, unpin, nil
 	}
 	tmp := filepath.Join(m.layersDir(), ".tmp-"+newID("", 12))
 	err = func() error {
+		//confine:host spaced's shared-layer directory and the layer directories by their own paths, not paths inside them
 		if err := os.MkdirAll(tmp, 0o755); err != nil {
 			return err
 		}
@@ -100,6 +103,7 @@ func (m *Manager) gcLayers(ctx context.Context) {
 	if m.cfg.StateDir == "" {
 		return
 	}
+	//confine:host spaced's shared-layer directory and the layer directories by their own paths, not paths inside them
 	entries, err := os.ReadDir(m.layersDir())
 	if err != nil || len(entries) == 0 {
 		return

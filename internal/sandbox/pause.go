@@ -55,6 +55,7 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 	}
 	dir := m.checkpointDir(id)
 	os.RemoveAll(dir)
+	//confine:host spaced's state directory
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		_ = m.setState(ctx, b, StateRunning, "")
 		return Info{}, err

@@ -119,6 +119,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	defer b.mu.Unlock()
 	if (state == StatePausing || state == StateResuming) && m.cfg.StateDir != "" {
 		// Caught mid-pause or mid-resume: a checkpoint on disk is the sandbox; keep it paused.
+		//confine:host the checkpoint directory itself (its top level is the driver's)
 		if entries, err := os.ReadDir(m.checkpointDir(b.rec.ID)); err == nil && len(entries) > 0 {
 			m.log.Info("interrupted pause or resume: sandbox is paused", "id", b.rec.ID)
 			m.unresume(ctx, b)

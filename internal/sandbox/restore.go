@@ -103,6 +103,7 @@ func (m *Manager) checkLayers(mf *manifest) error {
 		if _, ok := mf.Private[l]; l == "" || ok {
 			continue
 		}
+		//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 		if _, err := os.Stat(l); err != nil {
 			return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("the template version this snapshot was taken on (%s) is gone", mf.Template))
 		}
@@ -195,6 +196,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		return err
 	}
 	work := filepath.Join(m.cfg.StateDir, "work", newID("restore_", 12))
+	//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 	if err := os.MkdirAll(work, 0o700); err != nil {
 		return err
 	}
@@ -275,12 +277,14 @@ func (m *Manager) ensurePrivate(mf *manifest) error {
 		if !ok {
 			continue
 		}
+		//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 		if _, err := os.Stat(l); err == nil {
 			continue
 		}
 		unpin := m.pinLayer(l)
 		defer unpin()
 		tmp := filepath.Join(m.layersDir(), ".tmp-"+newID("", 12))
+		//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 		if err := os.MkdirAll(tmp, 0o755); err != nil {
 			return err
 		}

@@ -280,6 +280,7 @@ func (m *Manager) captureFull(ctx context.Context, tx *cas.Txn, b *box, mf *mani
 		return 0, err
 	}
 	dir := filepath.Join(m.cfg.StateDir, "work", newID("ckpt_", 12))
+	//confine:host spaced's state directory
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		return 0, err
 	}

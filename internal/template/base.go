@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/space-sandbox/space/internal/confine"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -244,12 +245,12 @@ func scanLines(data []byte, atEOF bool) (int, []byte, error) {
 	return 0, nil, nil
 }
 
-// finishBase writes the files that make the tree a SPACE template. Each file is removed before
-// it is written, so a symbolic link left by a package can never redirect a write to the host.
+// finishBase writes the files that make the tree a SPACE template, through confine: whatever a
+// package left at those paths (a link, say) is replaced, never written through.
 func finishBase(s *Store, rootfs string) error {
 	files := []struct {
 		path string
-		mode os.FileMode
+		mode uint32
 		data string
 	}{
 		{"etc/hostname", 0o644, "space\n"},
@@ -259,53 +260,34 @@ func finishBase(s *Store, rootfs string) error {
 		// The agent's mount point: drivers bind-mount the agent here.
 		{".space/space-agent", 0o755, ""},
 	}
-	if err := ensureDir(filepath.Join(rootfs, ".space"), 0o755); err != nil {
+	root, err := confine.Open(rootfs)
+	if err != nil {
 		return err
 	}
-	if err := ensureDir(filepath.Join(rootfs, "tmp"), os.ModeSticky|0o777); err != nil {
+	defer root.Close()
+	if err := root.EnsureDir(".space", 0o755); err != nil {
+		return err
+	}
+	if err := root.EnsureDir("tmp", 0o1777); err != nil {
+		return err
+	}
+	if err := root.SetMeta("tmp", confine.Meta{Mode: 0o1777, MTime: time.Now().UnixNano()}); err != nil {
 		return err
 	}
 	for _, f := range files {
-		p := filepath.Join(rootfs, f.path)
-		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return err
+		if err := root.WriteFile(f.path, []byte(f.data), f.mode); err != nil {
+			return fmt.Errorf("write %s: %w", f.path, err)
 		}
-		out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, f.mode)
-		if err != nil {
-			return err
-		}
-		_, err = out.WriteString(f.data)
-		if err == nil {
-			err = out.Chmod(f.mode)
-		}
-		if cerr := out.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
+		if err := root.SetMeta(f.path, confine.Meta{Mode: f.mode, MTime: time.Now().UnixNano()}); err != nil {
 			return fmt.Errorf("write %s: %w", f.path, err)
 		}
 	}
 	// useradd in the customize hook made the home directory; check, since the agent relies on it.
-	if st, err := os.Lstat(filepath.Join(rootfs, userHome)); err != nil || !st.IsDir() {
+	if st, err := root.Lstat(strings.TrimPrefix(userHome, "/")); err != nil || !st.IsDir() {
 		return fmt.Errorf("base template has no home directory %s for user (%v)", userHome, err)
 	}
 	s.log.Debug("finished base tree", "rootfs", rootfs)
 	return nil
-}
-
-// ensureDir makes p a directory (not a link to one) with exactly mode.
-func ensureDir(p string, mode os.FileMode) error {
-	if err := os.Mkdir(p, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-		return err
-	}
-	st, err := os.Lstat(p)
-	if err != nil {
-		return err
-	}
-	if !st.IsDir() {
-		return fmt.Errorf("%s is not a directory", p)
-	}
-	return os.Chmod(p, mode)
 }
 
 // aptSource is one entry of an apt sources list, in either format.
@@ -321,6 +303,7 @@ type aptSource struct {
 func readAptSources(aptDir string) ([]aptSource, error) {
 	var out []aptSource
 	main := filepath.Join(aptDir, "sources.list")
+	//confine:host the host's own apt configuration
 	b, err := os.ReadFile(main)
 	switch {
 	case err == nil:
@@ -328,6 +311,7 @@ func readAptSources(aptDir string) ([]aptSource, error) {
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, err
 	}
+	//confine:host the host's own apt configuration
 	entries, err := os.ReadDir(filepath.Join(aptDir, "sources.list.d"))
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
@@ -341,6 +325,7 @@ func readAptSources(aptDir string) ([]aptSource, error) {
 		if !deb822 && !strings.HasSuffix(name, ".list") {
 			continue
 		}
+		//confine:host the host's own apt configuration
 		b, err := os.ReadFile(filepath.Join(aptDir, "sources.list.d", name))
 		if err != nil {
 			return nil, err

@@ -107,6 +107,7 @@ func buildMinimal(ctx context.Context, s *Store, rootfs string) error {
 		if err := os.Mkdir(p, 0o700); err != nil {
 			return err
 		}
+		//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 		if err := os.Chmod(p, d.mode); err != nil {
 			return err
 		}
@@ -116,9 +117,11 @@ func buildMinimal(ctx context.Context, s *Store, rootfs string) error {
 	}
 	for _, f := range minimalFiles {
 		p := filepath.Join(rootfs, f.path)
+		//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
 			return err
 		}
+		//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 		if err := os.Chmod(p, f.mode); err != nil {
 			return err
 		}
@@ -132,9 +135,11 @@ func buildMinimal(ctx context.Context, s *Store, rootfs string) error {
 	}
 	for _, a := range applets {
 		p := filepath.Join(rootfs, a)
+		//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
+		//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 		if err := os.Symlink("/bin/busybox", p); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("applet link: %w", err)
 		}
@@ -175,11 +180,13 @@ func busyboxApplets(ctx context.Context, busybox string) ([]string, error) {
 }
 
 func copyFile(src, dst string, mode os.FileMode) error {
+	//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 	in, err := os.Open(src)
 	if err != nil {
 		return err
 	}
 	defer in.Close()
+	//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 	if err != nil {
 		return err
@@ -198,6 +205,7 @@ func copyFile(src, dst string, mode os.FileMode) error {
 // chown sets ownership, tolerating EPERM when not running as root (unit tests): such a template
 // is fine for looking at, and spaced always runs as root.
 func (s *Store) chown(p string, uid, gid int) error {
+	//confine:host a tree this function makes from nothing and a host binary, before any sandbox or image touched it
 	err := os.Lchown(p, uid, gid)
 	if err != nil && errors.Is(err, fs.ErrPermission) && os.Geteuid() != 0 {
 		s.log.Debug("not root: leaving ownership", "path", p, "uid", uid)

@@ -110,6 +110,7 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("template: create %s: %w", dir, err)
 	}
@@ -168,6 +169,7 @@ func (s *Store) ensure(ctx context.Context, name string, rec recipe) (Template, 
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
 	nameDir := filepath.Join(s.dir, name)
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.MkdirAll(nameDir, 0o755); err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
@@ -206,6 +208,7 @@ func (s *Store) version(name string, rec recipe) (string, error) {
 // load reads a complete version directory; fs.ErrNotExist means it was never built.
 func (s *Store) load(name, version string) (Template, error) {
 	vdir := filepath.Join(s.dir, name, version)
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	b, err := os.ReadFile(filepath.Join(vdir, metaFile))
 	if err != nil {
 		return Template{}, err
@@ -240,6 +243,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 			os.RemoveAll(tmp)
 		}
 	}()
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.Chmod(tmp, 0o755); err != nil {
 		return Template{}, err
 	}
@@ -247,6 +251,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 	if err := os.Mkdir(rootfs, 0o755); err != nil {
 		return Template{}, err
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.Chmod(rootfs, 0o755); err != nil {
 		return Template{}, err
 	}
@@ -262,6 +267,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 	if err != nil {
 		return Template{}, err
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.WriteFile(filepath.Join(tmp, metaFile), append(b, '\n'), 0o644); err != nil {
 		return Template{}, err
 	}
@@ -292,6 +298,7 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 // that is still the lower layer of a mounted overlay stays (running sandboxes use it). The caller
 // holds the template's lock, so no build of this name is in progress.
 func (s *Store) removeOld(nameDir, keep string) {
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	entries, err := os.ReadDir(nameDir)
 	if err != nil {
 		s.log.Warn("list template versions", "dir", nameDir, "err", err)
@@ -326,6 +333,7 @@ func (s *Store) List(ctx context.Context) ([]Template, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	names, err := os.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("list templates: %w", err)
@@ -335,6 +343,7 @@ func (s *Store) List(ctx context.Context) ([]Template, error) {
 		if !n.IsDir() || strings.HasPrefix(n.Name(), ".") {
 			continue
 		}
+		//confine:host the template store's own directories and metadata files, not paths inside a template tree
 		versions, err := os.ReadDir(filepath.Join(s.dir, n.Name()))
 		if err != nil {
 			return nil, fmt.Errorf("list templates: %w", err)
@@ -378,6 +387,7 @@ type fileKey struct {
 // digest returns the hex SHA-256 of a file's content, cached while the file is unchanged.
 func (s *Store) digest(path string) (string, error) {
 	var st unix.Stat_t
+	//confine:host a host file (the agent, busybox) the template store hashes
 	if err := unix.Stat(path, &st); err != nil {
 		return "", &fs.PathError{Op: "stat", Path: path, Err: err}
 	}
@@ -388,6 +398,7 @@ func (s *Store) digest(path string) (string, error) {
 	if ok {
 		return d, nil
 	}
+	//confine:host a host file (the agent, busybox) the template store hashes
 	f, err := os.Open(path)
 	if err != nil {
 		return "", err
@@ -417,6 +428,7 @@ func treeSize(root string) (int64, error) {
 
 // lockFile takes an exclusive flock on path, creating it, and returns the unlock function.
 func lockFile(path string) (func(), error) {
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
@@ -436,6 +448,7 @@ func lockFile(path string) (func(), error) {
 
 // overlayLowerDirs returns the lowerdir option of every overlay mount this process can see.
 func overlayLowerDirs() []string {
+	//confine:host the host's /proc
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil

@@ -35,10 +35,12 @@ func (s *Store) LayerPath(key string) (path string, exists bool, err error) {
 	if !layerKeyRE.MatchString(key) {
 		return "", false, errdefs.InvalidArgument(fmt.Sprintf("layer key %q", key))
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.MkdirAll(s.layerDir(), 0o755); err != nil {
 		return "", false, err
 	}
 	path = filepath.Join(s.layerDir(), key)
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	_, err = os.Stat(path)
 	return path, err == nil, nil
 }
@@ -68,6 +70,7 @@ func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
 	if err != nil {
 		return Template{}, err
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.MkdirAll(s.userDir(), 0o755); err != nil {
 		return Template{}, err
 	}
@@ -101,6 +104,7 @@ func (s *Store) loadUser(name string) (Template, error) {
 	if !nameRE.MatchString(name) {
 		return Template{}, fmt.Errorf("template %q: %w", name, errdefs.ErrNotFound)
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	b, err := os.ReadFile(filepath.Join(s.userDir(), name+".json"))
 	if errors.Is(err, fs.ErrNotExist) {
 		return Template{}, errdefs.NotFound(fmt.Sprintf("template %q not found", name))
@@ -116,6 +120,7 @@ func (s *Store) loadUser(name string) (Template, error) {
 }
 
 func (s *Store) listUser() ([]Template, error) {
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	entries, err := os.ReadDir(s.userDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -187,6 +192,7 @@ func (s *Store) collectLayers(ctx context.Context, keep []string) error {
 			used[l] = true
 		}
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	entries, err := os.ReadDir(s.layerDir())
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -17,9 +17,11 @@ import (
 // used as a lower layer. Delete removes the rest afterwards.
 func (d *Driver) ExportLayer(ctx context.Context, id, dest string) error {
 	sb := d.sandboxDir(id)
+	//confine:host the sandbox directory and the destination the caller chose, not paths inside the layer
 	if _, err := os.Stat(sb); err != nil {
 		return fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}
+	//confine:host the sandbox directory and the destination the caller chose, not paths inside the layer
 	if _, err := os.Lstat(dest); !errors.Is(err, fs.ErrNotExist) {
 		return errdefs.InvalidArgument(fmt.Sprintf("export %s: %s already exists", id, dest))
 	}
@@ -37,6 +39,7 @@ func (d *Driver) ExportLayer(ctx context.Context, id, dest string) error {
 	if err := unmountUnder(ctx, filepath.Join(sb, "rootfs")); err != nil {
 		return fmt.Errorf("gvisor: export %s: unmount: %w", id, err)
 	}
+	//confine:host the sandbox directory and the destination the caller chose, not paths inside the layer
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return err
 	}

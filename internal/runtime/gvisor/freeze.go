@@ -15,6 +15,7 @@ import (
 // WritableLayer implements runtime.LayerCapturer: the overlay upper directory of sandbox id.
 func (d *Driver) WritableLayer(id string) (string, error) {
 	dir := filepath.Join(d.sandboxDir(id), "upper")
+	//confine:host the writable layer directory itself, by the driver's own path
 	if _, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
 	}

@@ -121,6 +121,7 @@ func New(cfg Config) (*Driver, error) {
 		log:       cfg.Logger.With("runtime", Name),
 	}
 	for _, dir := range []string{d.runscRoot, d.sandboxes} {
+		//confine:host the driver's state directories
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, fmt.Errorf("gvisor: %w", err)
 		}
@@ -136,6 +137,7 @@ func (d *Driver) Available(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("gvisor: must run as root (runsc without --rootless, overlay mounts): %w", errdefs.ErrUnavailable)
 	}
+	//confine:host the host's /proc
 	fss, err := os.ReadFile("/proc/filesystems")
 	if err != nil || !bytes.Contains(fss, []byte("\toverlay\n")) {
 		return fmt.Errorf("gvisor: kernel has no overlay filesystem: %w", errdefs.ErrUnavailable)
@@ -243,6 +245,7 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	if err != nil {
 		return err
 	}
+	//confine:host a file of the sandbox directory, which only the driver writes
 	if err := os.WriteFile(filepath.Join(sb, "config.json"), b, 0o600); err != nil {
 		return err
 	}
@@ -250,6 +253,7 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	if err != nil {
 		return err
 	}
+	//confine:host a file of the sandbox directory, which only the driver writes
 	return os.WriteFile(filepath.Join(sb, infoFile), b, 0o600)
 }
 
@@ -266,6 +270,7 @@ func writeResolvConf(path string, gw netip.Addr) error {
 		ns = gw.String()
 	}
 	body := fmt.Sprintf("nameserver %-15s\noptions attempts:2 timeout:2\n", ns)
+	//confine:host a file of the sandbox directory, which only the driver writes
 	return os.WriteFile(path, []byte(body), 0o644)
 }
 
@@ -289,6 +294,7 @@ func lowerDirs(spec runtime.Spec) string {
 
 func (d *Driver) readInfo(id string) (sandboxInfo, error) {
 	var info sandboxInfo
+	//confine:host a file of the sandbox directory, which only the driver writes
 	b, err := os.ReadFile(filepath.Join(d.sandboxDir(id), infoFile))
 	if err != nil {
 		return info, err
@@ -315,6 +321,7 @@ func (d *Driver) State(ctx context.Context, id string) (runtime.State, error) {
 			return runtime.StateStopped, nil
 		}
 	}
+	//confine:host the sandbox directory itself
 	if _, err := os.Lstat(d.sandboxDir(id)); err == nil {
 		return runtime.StateStopped, nil
 	} else if !errors.Is(err, fs.ErrNotExist) {
@@ -371,6 +378,7 @@ func (d *Driver) remove(ctx context.Context, id string) error {
 func (d *Driver) removeInstanceLeftovers(ctx context.Context) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	//confine:host the driver's sandboxes directory (names are sandbox IDs)
 	entries, err := os.ReadDir(d.sandboxes)
 	if err != nil || len(entries) > 0 {
 		return
@@ -390,6 +398,7 @@ func (d *Driver) removeInstanceLeftovers(ctx context.Context) {
 
 // List implements runtime.Driver.
 func (d *Driver) List(ctx context.Context) ([]string, error) {
+	//confine:host the driver's sandboxes directory (names are sandbox IDs)
 	entries, err := os.ReadDir(d.sandboxes)
 	if err != nil {
 		return nil, fmt.Errorf("gvisor: list: %w", err)
@@ -418,6 +427,7 @@ func validateSpec(spec runtime.Spec) error {
 	if !filepath.IsAbs(spec.RootFS) {
 		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q is not an absolute path", spec.RootFS))
 	}
+	//confine:host the template root the lifecycle chose (a host path), not a path inside it
 	if st, err := os.Stat(spec.RootFS); err != nil || !st.IsDir() {
 		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q is not a directory", spec.RootFS))
 	}
@@ -425,10 +435,12 @@ func validateSpec(spec runtime.Spec) error {
 		return errdefs.InvalidArgument(fmt.Sprintf("rootfs %q: overlayfs cannot use a path with ',' or ':'", spec.RootFS))
 	}
 	for _, l := range spec.Layers {
+		//confine:host a template layer the lifecycle chose (a host path), not a path inside it
 		if st, err := os.Stat(l); err != nil || !st.IsDir() || !filepath.IsAbs(l) || strings.ContainsAny(l, ",:") {
 			return errdefs.InvalidArgument(fmt.Sprintf("layer %q is not an absolute directory path overlayfs can use", l))
 		}
 	}
+	//confine:host the agent binary on the host
 	if st, err := os.Stat(spec.AgentPath); err != nil || !st.Mode().IsRegular() {
 		return errdefs.InvalidArgument(fmt.Sprintf("agent %q is not a regular file", spec.AgentPath))
 	}
@@ -469,11 +481,13 @@ func (e *runscError) Unwrap() error { return e.err }
 // waiting for the sandbox), and it starts a new session so nothing ties them to spaced.
 func (d *Driver) runDetached(ctx context.Context, id string, args ...string) error {
 	if d.cfg.Debug {
+		//confine:host the driver's debug log directory
 		if err := os.MkdirAll(d.debugLogDir(id), 0o700); err != nil {
 			return err
 		}
 	}
 	consolePath := filepath.Join(d.sandboxDir(id), "console.log")
+	//confine:host the sandbox directory's console log, which only runsc and the driver write
 	console, err := os.OpenFile(consolePath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err
@@ -505,6 +519,7 @@ func (d *Driver) globalFlags(id string) []string {
 	// Debug logs go to logs/<id>/, made by runDetached: commands about IDs that were never
 	// started (State of an unknown ID) leave no log directory behind.
 	if dir := d.debugLogDir(id); d.cfg.Debug {
+		//confine:host the driver's debug log directory
 		if _, err := os.Stat(dir); err == nil {
 			flags = append(flags, "--debug", "--debug-log="+dir+"/")
 		}
@@ -539,6 +554,7 @@ func (d *Driver) runscState(ctx context.Context, id string) (status string, know
 
 // tail returns up to n bytes of path from offset on: what runsc wrote about a failure.
 func tail(path string, offset int64, n int64) string {
+	//confine:host the sandbox directory's console log, which only runsc and the driver write
 	f, err := os.Open(path)
 	if err != nil {
 		return ""

@@ -19,6 +19,7 @@ import (
 // sandboxProcs returns the PIDs of runsc processes (sandbox, gofer, or a runsc command) for
 // container id under runsc root: their command line has --root=<root> and ends with the ID.
 func sandboxProcs(root, id string) []int {
+	//confine:host the host's /proc
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
@@ -30,6 +31,7 @@ func sandboxProcs(root, id string) []int {
 		if err != nil {
 			continue
 		}
+		//confine:host the host's /proc
 		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
 		if err != nil || len(cmdline) == 0 {
 			continue // gone, or a zombie
@@ -49,6 +51,7 @@ func isSandboxCmdline(cmdline, rootFlag []byte, id string) bool {
 
 // exited reports whether process pid is gone or a zombie.
 func exited(pid int) bool {
+	//confine:host the host's /proc
 	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return true
@@ -84,6 +87,7 @@ func killSandboxProcs(ctx context.Context, root, id string) error {
 
 // mountPoints returns the mount points in this mount namespace, in mount order.
 func mountPoints() ([]string, error) {
+	//confine:host the host's /proc
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err
@@ -140,6 +144,7 @@ func unmount(ctx context.Context, mp string) error {
 
 // cgroupMounts returns the mount points of all cgroup (v1) and cgroup2 hierarchies.
 func cgroupMounts() ([]string, error) {
+	//confine:host the host's /proc
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return nil, err

@@ -19,6 +19,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 	var u runtime.Usage
 	cg := d.cgroupParent() + "/" + id
 	read := func(path string) (int64, bool) {
+		//confine:host the host's cgroup file system
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return 0, false
@@ -34,7 +35,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 		u.CPUSeconds = float64(n) / 1e9
 		u.MemoryBytes, _ = read(filepath.Join("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"))
 		u.MemoryLimit, _ = read(filepath.Join("/sys/fs/cgroup/memory", cg, "memory.limit_in_bytes"))
-	} else if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", cg, "cpu.stat")); err == nil { // v2
+	} else if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", cg, "cpu.stat")); err == nil { //confine:host the host's cgroup file system; v2
 		for line := range strings.Lines(string(b)) {
 			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "usage_usec "); ok {
 				n, _ := strconv.ParseInt(v, 10, 64)
