@@ -397,6 +397,40 @@ func TestFilesystemOps(t *testing.T) {
 	}
 }
 
+// TestNonUTF8Names: a directory holding names that are not UTF-8 lists (the protocol's strings
+// must be UTF-8, so the invalid bytes show as U+FFFD), and so does a link to such a name.
+func TestNonUTF8Names(t *testing.T) {
+	a := startAgent(t)
+	ctx := testCtx(t)
+	root := filepath.Join(a.home, "names")
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"ok.txt", "bad\xff.txt", "\xc3"} {
+		if err := os.WriteFile(filepath.Join(root, n), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink("to\xfe", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	es, err := a.c.ListDir(ctx, root, 1)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	got := map[string]string{}
+	for _, e := range es {
+		got[e.Name] = e.SymlinkTarget
+		if e.Path != filepath.Join(root, e.Name) {
+			t.Errorf("entry %q has path %q", e.Name, e.Path)
+		}
+	}
+	want := map[string]string{"ok.txt": "", "bad\uFFFD.txt": "", "\uFFFD": "", "link": "to\uFFFD"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("entries (-want +got):\n%s", diff)
+	}
+}
+
 func TestWatch(t *testing.T) {
 	a := startAgent(t)
 	ctx := testCtx(t)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/space-sandbox/space/internal/errdefs"
 )
@@ -73,8 +74,8 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 // maxPath is the longest path accepted (Linux PATH_MAX).
 const maxPath = 4096
 
-// cleanPath validates a path inside a sandbox: absolute, no NUL, not too long. It returns the
-// cleaned form.
+// cleanPath validates a path inside a sandbox: absolute, valid UTF-8 (the agent protocol's
+// strings are), no NUL, not too long. It returns the cleaned form.
 func cleanPath(field, p string) (string, error) {
 	switch {
 	case p == "":
@@ -83,6 +84,8 @@ func cleanPath(field, p string) (string, error) {
 		return "", errdefs.InvalidArgument(fmt.Sprintf("%s: longer than %d bytes", field, maxPath))
 	case strings.ContainsRune(p, 0):
 		return "", errdefs.InvalidArgument(field + ": contains a NUL byte")
+	case !utf8.ValidString(p):
+		return "", errdefs.InvalidArgument(fmt.Sprintf("%s: %q is not valid UTF-8", field, p))
 	case !strings.HasPrefix(p, "/"):
 		return "", errdefs.InvalidArgument(fmt.Sprintf("%s: %q is not an absolute path", field, p))
 	}

@@ -76,9 +76,9 @@ func FuzzExecRequest(f *testing.F) {
 	})
 }
 
-// FuzzCleanPath: accepted paths are absolute, clean, NUL-free and bounded.
+// FuzzCleanPath: accepted paths are absolute, clean, valid UTF-8, NUL-free and bounded.
 func FuzzCleanPath(f *testing.F) {
-	for _, s := range []string{"/", "/a/b", "a", "", "/../../etc/passwd", "/a/./b//c/", "/a\x00b", strings.Repeat("/x", 3000)} {
+	for _, s := range []string{"/", "/a/b", "a", "", "/../../etc/passwd", "/a/./b//c/", "/a\x00b", "/a\xffb", strings.Repeat("/x", 3000)} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
@@ -89,7 +89,7 @@ func FuzzCleanPath(f *testing.F) {
 			}
 			return
 		}
-		if !strings.HasPrefix(got, "/") || path.Clean(got) != got || strings.ContainsRune(got, 0) || len(got) > maxPath {
+		if !strings.HasPrefix(got, "/") || path.Clean(got) != got || strings.ContainsRune(got, 0) || len(got) > maxPath || !utf8.ValidString(got) {
 			t.Fatalf("cleanPath(%q) = %q", p, got)
 		}
 		for _, part := range strings.Split(got, "/") {

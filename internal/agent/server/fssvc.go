@@ -237,7 +237,7 @@ func (f *filesystemService) watchPath(ctx context.Context, path string) (string,
 }
 
 func (s *Server) eventProto(root string, ev fsEvent, withEntry bool) *fspb.FilesystemEvent {
-	out := &fspb.FilesystemEvent{Name: ev.name, Type: ev.op}
+	out := &fspb.FilesystemEvent{Name: validUTF8(ev.name), Type: ev.op}
 	if withEntry {
 		if e, err := s.statEntry(filepath.Join(root, ev.name)); err == nil {
 			out.Entry = e

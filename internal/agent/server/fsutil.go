@@ -104,9 +104,11 @@ func mkdirAllOwned(dir string, u User) error {
 
 // entryInfo describes the file at path (not following a final symlink) from its lstat info.
 func (s *Server) entryInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
+	// Names on disk are bytes; the protocol's strings must be UTF-8 (a message with anything
+	// else does not marshal), so invalid sequences are shown as U+FFFD.
 	e := &fspb.EntryInfo{
-		Name:         filepath.Base(path),
-		Path:         path,
+		Name:         validUTF8(filepath.Base(path)),
+		Path:         validUTF8(path),
 		Size:         fi.Size(),
 		ModifiedTime: timestamppb.New(fi.ModTime()),
 	}
@@ -118,6 +120,7 @@ func (s *Server) entryInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
 	case m&fs.ModeSymlink != 0:
 		e.Type = fspb.FileType_FILE_TYPE_SYMLINK
 		if t, err := os.Readlink(path); err == nil {
+			t = validUTF8(t)
 			e.SymlinkTarget = &t
 		}
 	}
@@ -127,9 +130,13 @@ func (s *Server) entryInfo(path string, fi fs.FileInfo) *fspb.EntryInfo {
 	} else {
 		e.Mode = uint32(fi.Mode().Perm())
 	}
+	e.Owner, e.Group = validUTF8(e.Owner), validUTF8(e.Group)
 	e.Permissions = permString(e.Mode)
 	return e
 }
+
+// validUTF8 is s with each invalid UTF-8 sequence replaced by U+FFFD: what JSON would show.
+func validUTF8(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
 
 // statEntry lstat()s path and describes it.
 func (s *Server) statEntry(path string) (*fspb.EntryInfo, error) {
