@@ -6,12 +6,14 @@
 package fstree
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"sort"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -369,4 +371,43 @@ func sameContent(a, b Entry) bool {
 		}
 	}
 	return true
+}
+
+// entryJSON is Entry as stored. JSON strings hold only UTF-8, and file names and link targets
+// are any bytes but NUL (and '/' in names): those that are not UTF-8 are stored base64-encoded
+// in their own fields instead, so that a capture written back has the very names it had.
+type entryJSON struct {
+	entryAlias
+	PathB64   []byte `json:"pb,omitempty"`
+	TargetB64 []byte `json:"lb,omitempty"`
+}
+
+type entryAlias Entry
+
+// MarshalJSON implements json.Marshaler.
+func (e Entry) MarshalJSON() ([]byte, error) {
+	j := entryJSON{entryAlias: entryAlias(e)}
+	if !utf8.ValidString(e.Path) {
+		j.Path, j.PathB64 = "", []byte(e.Path)
+	}
+	if !utf8.ValidString(e.Target) {
+		j.Target, j.TargetB64 = "", []byte(e.Target)
+	}
+	return json.Marshal(j)
+}
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (e *Entry) UnmarshalJSON(b []byte) error {
+	var j entryJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*e = Entry(j.entryAlias)
+	if j.PathB64 != nil {
+		e.Path = string(j.PathB64)
+	}
+	if j.TargetB64 != nil {
+		e.Target = string(j.TargetB64)
+	}
+	return nil
 }

@@ -8,12 +8,14 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/confine"
 )
 
 func must(t *testing.T, err error) {
@@ -193,5 +195,41 @@ func TestDiff(t *testing.T) {
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("diff:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+// TestStrangeNamesRoundTrip: names and link targets that are not UTF-8, and paths deeper than
+// PATH_MAX, come back byte for byte through a capture, its JSON and a write-back.
+func TestStrangeNamesRoundTrip(t *testing.T) {
+	d := t.TempDir()
+	deep := filepath.Join(d, strings.Repeat(strings.Repeat("x", 250)+"/", 20))
+	r, err := confine.Open(d)
+	must(t, err)
+	defer r.Close()
+	rel := strings.TrimSuffix(strings.TrimPrefix(deep, d+"/"), "/")
+	must(t, r.MkdirAll(rel, 0o755))
+	odd := rel + "/n\xff\xfeame"
+	must(t, r.WriteFile(odd, []byte("data"), 0o644))
+	must(t, r.Symlink("t\xffarget", "link"))
+	s, err := cas.Open(t.TempDir(), nil)
+	must(t, err)
+	tr, _ := capture(t, s, d, "a", Tree{})
+	b, err := json.Marshal(tr)
+	must(t, err)
+	var back Tree
+	must(t, json.Unmarshal(b, &back))
+	if !reflect.DeepEqual(comparable(tr), comparable(back)) {
+		t.Fatal("the tree changed through JSON")
+	}
+	out := t.TempDir()
+	must(t, Materialize(s, back, out))
+	ro, err := confine.Open(out)
+	must(t, err)
+	defer ro.Close()
+	if got, err := ro.ReadFile(odd, 10); err != nil || string(got) != "data" {
+		t.Fatalf("deep odd file: %q, %v", got, err)
+	}
+	if target, err := ro.Readlink("link"); err != nil || target != "t\xffarget" {
+		t.Fatalf("odd link: %q, %v", target, err)
 	}
 }

@@ -21,7 +21,7 @@ const AgentPort = 49983
 type Resources struct {
 	VCPUs     int   // CPU quota in whole CPUs
 	MemoryMiB int64 // memory limit
-	DiskMiB   int64 // writable layer size limit (best effort for gVisor)
+	DiskMiB   int64 // size of the writable layer: writes past it fail with ENOSPC inside
 	Pids      int64 // process limit
 }
 

@@ -225,6 +225,14 @@ func Leaks(instance, home string) []string {
 			}
 		}
 	}
+	// Loop devices of sandbox disks (disk.img under the home).
+	if files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file"); len(files) > 0 {
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && strings.HasPrefix(strings.TrimSpace(string(b)), home+"/") {
+				out = append(out, "loop device "+filepath.Base(filepath.Dir(filepath.Dir(f)))+" on "+strings.TrimSpace(string(b)))
+			}
+		}
+	}
 	if conn, err := nftables.New(); err == nil {
 		if tables, err := conn.ListTables(); err == nil {
 			for _, t := range tables {

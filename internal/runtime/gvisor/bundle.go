@@ -41,7 +41,8 @@ func capabilities() []string {
 }
 
 // resources fills zero fields of r from the driver's defaults, then the package defaults.
-// DiskMiB is not enforced: the writable layer is a directory on the host's filesystem.
+// DiskMiB, when set, is the size of the sandbox's own file system for its writable layer
+// (disk.go); zero leaves the layer on the host's file system, unlimited.
 func (d *Driver) resources(r runtime.Resources) runtime.Resources {
 	def := d.cfg.Defaults
 	pick := func(v, cfg, pkg int64) int64 {

@@ -88,7 +88,7 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, opts runtime.Ch
 	if err := os.Mkdir(filepath.Join(dir, "upper"), 0o755); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: %w", id, err)
 	}
-	if err := copyTree(filepath.Join(sb, "upper"), filepath.Join(dir, "upper")); err != nil {
+	if err := copyTree(d.upperDir(id), filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("gvisor: checkpoint %s: copy writable layer: %w", id, err)
 	}
 	if err := copyFile(sb, agentFile, filepath.Join(dir, agentFile), 0o755); err != nil {

@@ -43,7 +43,20 @@ func (d *Driver) ExportLayer(ctx context.Context, id, dest string) error {
 	if err := os.MkdirAll(filepath.Dir(dest), 0o755); err != nil {
 		return err
 	}
-	if err := os.Rename(filepath.Join(sb, "upper"), dest); err != nil {
+	upper := d.upperDir(id)
+	if upper == filepath.Join(sb, "upper") {
+		if err := os.Rename(upper, dest); err != nil {
+			return fmt.Errorf("gvisor: export %s: %w", id, err)
+		}
+		return nil
+	}
+	// A layer on the sandbox's own disk is copied out (through confine) before Delete
+	// unmounts that disk.
+	if err := os.Mkdir(dest, 0o755); err != nil {
+		return fmt.Errorf("gvisor: export %s: %w", id, err)
+	}
+	if err := copyTree(upper, dest); err != nil {
+		os.RemoveAll(dest)
 		return fmt.Errorf("gvisor: export %s: %w", id, err)
 	}
 	return nil

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -14,7 +13,7 @@ import (
 
 // WritableLayer implements runtime.LayerCapturer: the overlay upper directory of sandbox id.
 func (d *Driver) WritableLayer(id string) (string, error) {
-	dir := filepath.Join(d.sandboxDir(id), "upper")
+	dir := d.upperDir(id)
 	//confine:host the writable layer directory itself, by the driver's own path
 	if _, err := os.Stat(dir); err != nil {
 		return "", fmt.Errorf("gvisor: sandbox %s: %w", id, errdefs.ErrNotFound)
@@ -45,5 +44,5 @@ func (d *Driver) Freeze(ctx context.Context, id string, fn func(dir string) erro
 			err = errors.Join(err, fmt.Errorf("gvisor: resume %s after freeze: %w", id, rerr))
 		}
 	}()
-	return fn(filepath.Join(d.sandboxDir(id), "upper"))
+	return fn(d.upperDir(id))
 }

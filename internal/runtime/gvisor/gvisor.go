@@ -185,7 +185,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, ckpt string) (err
 		}
 	}()
 	start := time.Now()
-	if err := d.prepare(spec, ckpt); err != nil {
+	if err := d.prepare(ctx, spec, ckpt); err != nil {
 		return fmt.Errorf("gvisor: sandbox %s: %w", spec.ID, err)
 	}
 	prepared := time.Since(start)
@@ -203,16 +203,26 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, ckpt string) (err
 
 // prepare builds the bundle: writable layer (seeded from ckpt/upper when restoring), the agent's
 // private copy, the overlay mount and config.json.
-func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
+func (d *Driver) prepare(ctx context.Context, spec runtime.Spec, ckpt string) error {
 	sb := d.sandboxDir(spec.ID)
-	for _, sub := range []string{"upper", "work", "rootfs"} {
-		if err := os.Mkdir(filepath.Join(sb, sub), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(sb, "rootfs"), 0o755); err != nil {
+		return err
+	}
+	if mib := spec.Resources.DiskMiB; mib > 0 {
+		if err := makeDisk(ctx, sb, mib); err != nil {
 			return err
 		}
+	} else {
+		for _, sub := range []string{"upper", "work"} {
+			if err := os.Mkdir(filepath.Join(sb, sub), 0o755); err != nil {
+				return err
+			}
+		}
 	}
+	upper, work := layerDirs(sb)
 	agentDir, agentName := filepath.Split(spec.AgentPath)
 	if ckpt != "" {
-		if err := copyTree(filepath.Join(ckpt, "upper"), filepath.Join(sb, "upper")); err != nil {
+		if err := copyTree(filepath.Join(ckpt, "upper"), upper); err != nil {
 			return fmt.Errorf("seed writable layer: %w", err)
 		}
 		// The checkpointed memory holds the agent that was running then; restore exactly it.
@@ -228,7 +238,7 @@ func (d *Driver) prepare(spec runtime.Spec, ckpt string) error {
 	}
 	rootfs := filepath.Join(sb, "rootfs")
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
-		lowerDirs(spec), filepath.Join(sb, "upper"), filepath.Join(sb, "work"))
+		lowerDirs(spec), upper, work)
 	// nosuid, nodev: nothing the sandbox or its image wrote is a set-id program or a device
 	// on the host.
 	if err := unix.Mount("overlay", rootfs, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {

@@ -48,7 +48,7 @@ func (d *Driver) Usage(ctx context.Context, id string) (runtime.Usage, error) {
 		return u, fmt.Errorf("gvisor: usage of %s: no cgroup: %w", id, errdefs.ErrNotFound)
 	}
 	// The writable layer is the sandbox's: walked through confine, never through its links.
-	if root, err := confine.Open(filepath.Join(d.sandboxDir(id), "upper")); err == nil {
+	if root, err := confine.Open(d.upperDir(id)); err == nil {
 		u.DiskBytes, _ = root.Size("")
 		root.Close()
 	}
