@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -528,6 +529,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 	id := e.create("")
 	untouched := filepath.Join(t.TempDir(), "x") // a rejected upload must not create it
 	big := `{"metadata":{"k":"` + strings.Repeat("x", 2<<20) + `"}}`
+	deep := `{"metadata":` + strings.Repeat("[", 33) + strings.Repeat("]", 33) + `}`
+	var vars []string
+	for i := range 20 {
+		vars = append(vars, fmt.Sprintf(`"V%d":"%s"`, i, strings.Repeat("v", 4000)))
+	}
+	bigEnv := `{"env":{` + strings.Join(vars, ",") + `}}`
+	bigExecEnv := `{"cmd":["true"],"env":{` + strings.Join(vars, ",") + `}}`
 	tests := []struct {
 		name, method, path, body string
 		status                   int
@@ -572,6 +580,11 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"bad pid", "POST", "/v1/sandboxes/" + id + "/processes/abc/signal", `{"signal":"TERM"}`, 400, "invalid_argument"},
 		{"no route", "GET", "/v1/nothing", "", 404, "not_found"},
 		{"timeout missing", "POST", "/v1/sandboxes/" + id + "/timeout", `{}`, 400, "invalid_argument"},
+		{"too deep", "POST", "/v1/sandboxes", deep, 400, "invalid_argument"},
+		{"env over 64 KiB", "POST", "/v1/sandboxes", bigEnv, 400, "invalid_argument"},
+		{"exec env over 64 KiB", "POST", "/v1/sandboxes/" + id + "/exec", bigExecEnv, 400, "invalid_argument"},
+		{"exec too deep", "POST", "/v1/sandboxes/" + id + "/exec", `{"cmd":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`, 400, "invalid_argument"},
+		{"upload to a non-UTF-8 path", "PUT", "/v1/sandboxes/" + id + "/files?path=" + url.QueryEscape(untouched+"\xff"), "data", 400, "invalid_argument"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,8 +17,13 @@ import (
 // maxJSONBody bounds JSON request bodies.
 const maxJSONBody = 1 << 20
 
-// decodeJSON reads one JSON object from r into v: unknown fields, wrong types, trailing data and
-// bodies over maxJSONBody are errors of class invalid argument (too large for the last).
+// maxJSONDepth bounds how deeply a JSON body may nest arrays and objects. The deepest request
+// the API defines nests 4 levels; a body that nests more is refused before it is decoded.
+const maxJSONDepth = 32
+
+// decodeJSON reads one JSON object from r into v: unknown fields, wrong types, trailing data,
+// nesting deeper than maxJSONDepth and bodies over maxJSONBody are errors of class invalid
+// argument (too large for the last).
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeJSONLimit(w, r, v, maxJSONBody)
 }
@@ -28,27 +34,66 @@ func decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64)
 	return decodeJSONFrom(body, v)
 }
 
+func tooLarge(err error) error {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+	}
+	return nil
+}
+
+// decodeJSONFrom decodes one JSON object from body (which the caller bounds) into v.
 func decodeJSONFrom(body io.Reader, v any) error {
-	dec := json.NewDecoder(body)
+	buf, err := io.ReadAll(body)
+	if err != nil {
+		if tl := tooLarge(err); tl != nil {
+			return tl
+		}
+		return errdefs.InvalidArgument("read body: " + err.Error())
+	}
+	if d := jsonDepth(buf); d > maxJSONDepth {
+		return errdefs.InvalidArgument(fmt.Sprintf("invalid JSON body: nested more than %d deep", maxJSONDepth))
+	}
+	dec := json.NewDecoder(bytes.NewReader(buf))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
-		}
 		if errors.Is(err, io.EOF) {
 			return errdefs.InvalidArgument("request body is empty; want a JSON object")
 		}
 		return errdefs.InvalidArgument("invalid JSON body: " + err.Error())
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
-		}
 		return errdefs.InvalidArgument("invalid JSON body: data after the object")
 	}
 	return nil
+}
+
+// jsonDepth returns the deepest nesting of arrays and objects in b, outside strings. It does
+// not validate b: for valid JSON it is exact, and invalid JSON the decoder refuses anyway.
+func jsonDepth(b []byte) int {
+	depth, most := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			most = max(most, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return most
 }
 
 // decodeOptionalJSON is decodeJSON for routes whose body may be empty.
@@ -59,16 +104,15 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
 	buf, err := io.ReadAll(body)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+		if tl := tooLarge(err); tl != nil {
+			return tl
 		}
 		return errdefs.InvalidArgument("read body: " + err.Error())
 	}
-	if strings.TrimSpace(string(buf)) == "" {
+	if len(bytes.TrimSpace(buf)) == 0 {
 		return nil
 	}
-	return decodeJSONFrom(strings.NewReader(string(buf)), v)
+	return decodeJSONFrom(bytes.NewReader(buf), v)
 }
 
 // maxPath is the longest path accepted (Linux PATH_MAX).

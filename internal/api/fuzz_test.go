@@ -151,3 +151,52 @@ func FuzzJSONStringWriter(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJSONDepth: for valid JSON, jsonDepth is the nesting the decoder's tokens show.
+func FuzzJSONDepth(f *testing.F) {
+	for _, s := range []string{`{}`, `[[[]]]`, `{"a":"[[[{{"}`, `{"a\"[":[1,{"b":[]}]}`, `"\\"`, `[{"x":"\\\"]"}]`, strings.Repeat("[", 40) + strings.Repeat("]", 40)} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if !json.Valid(b) {
+			jsonDepth(b) // must not panic
+			return
+		}
+		dec := json.NewDecoder(bytes.NewReader(b))
+		depth, most := 0, 0
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('['), json.Delim('{'):
+				depth++
+				most = max(most, depth)
+			case json.Delim(']'), json.Delim('}'):
+				depth--
+			}
+		}
+		if got := jsonDepth(b); got != most {
+			t.Fatalf("jsonDepth(%q) = %d, want %d", b, got, most)
+		}
+	})
+}
+
+// TestJSONDepthLimit: a body nested past maxJSONDepth is refused before decoding, whatever
+// the target; one at the limit decodes.
+func TestJSONDepthLimit(t *testing.T) {
+	nest := func(n int) string { return `{"a":` + strings.Repeat("[", n-1) + strings.Repeat("]", n-1) + `}` }
+	var v map[string]any
+	if err := decodeJSONFrom(strings.NewReader(nest(maxJSONDepth)), &v); err != nil {
+		t.Fatalf("depth %d: %v", maxJSONDepth, err)
+	}
+	err := decodeJSONFrom(strings.NewReader(nest(maxJSONDepth+1)), &v)
+	if _, code := statusOf(err); code != "invalid_argument" || !strings.Contains(err.Error(), "nested more than") {
+		t.Fatalf("depth %d: %v", maxJSONDepth+1, err)
+	}
+	// Brackets inside strings do not count.
+	if err := decodeJSONFrom(strings.NewReader(`{"a":"`+strings.Repeat("[", 100)+`\"{"}`), &v); err != nil {
+		t.Fatalf("brackets in a string: %v", err)
+	}
+}

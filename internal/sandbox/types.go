@@ -117,12 +117,19 @@ var (
 	maxMapLen = 64
 )
 
+// maxMapBytes bounds the keys and values of one env or metadata map together.
+const maxMapBytes = 64 << 10
+
 // validateMap checks metadata or env maps: count, key shape and sizes.
 func validateMap(field string, m map[string]string, keyRE *regexp.Regexp) error {
 	if len(m) > maxMapLen {
 		return errdefs.InvalidArgument(fmt.Sprintf("%s: at most %d entries", field, maxMapLen))
 	}
+	total := 0
 	for k, v := range m {
+		if total += len(k) + len(v); total > maxMapBytes {
+			return errdefs.InvalidArgument(fmt.Sprintf("%s: keys and values over %d bytes in all", field, maxMapBytes))
+		}
 		if len(k) == 0 || len(k) > 128 || (keyRE != nil && !keyRE.MatchString(k)) {
 			return errdefs.InvalidArgument(fmt.Sprintf("%s: invalid key %q", field, k))
 		}
