@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GVISOR  := $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
 export CGO_ENABLED := 0
 
-.PHONY: all build run test test-unit test-e2e lint bench proto clean
+.PHONY: all build run test test-unit test-e2e lint bench proto clean redteam
 
 all: build
 
@@ -42,6 +42,12 @@ test-e2e: build
 	SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v ./e2e 2>&1 | tee /tmp/space-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 
 test: build lint test-unit test-e2e
+
+# The security evaluation (docs/SECURITY.md): every sandbox-escape attempt and the egress red team.
+# `make test` runs a representative subset of the same TestRedTeam. SPACE_REDTEAM_REPORT=<file>
+# writes the table of attempts as Markdown.
+redteam: build
+	SPACE_REDTEAM=full SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v -run 'RedTeam' ./e2e 2>&1 | tee /tmp/space-redteam.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|REDTEAM)' ; exit $${PIPESTATUS[0]}
 
 bench: build
 	SPACE_BIN=$(BIN) $(GO) run ./cmd/space-bench
