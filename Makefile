@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GVISOR  := $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
 export CGO_ENABLED := 0
 
-.PHONY: all build run test test-unit test-e2e lint bench proto clean redteam
+.PHONY: all build run test test-unit test-fuzz test-e2e lint bench proto clean redteam
 
 all: build
 
@@ -41,7 +41,16 @@ test-unit:
 test-e2e: build
 	SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v ./e2e 2>&1 | tee /tmp/space-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 
-test: build lint test-unit test-e2e
+# The parsers of hostile input, fuzzed for a bounded time each (not only their seeds): the
+# confined path resolver, the image layer tar reader, tree write-back, the API's decoders.
+FUZZTIME ?= 10s
+test-fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZTIME) ./internal/confine
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyLayer$$' -fuzztime $(FUZZTIME) ./internal/image
+	$(GO) test -run '^$$' -fuzz '^FuzzMaterialize$$' -fuzztime $(FUZZTIME) ./internal/fstree
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' -fuzztime $(FUZZTIME) ./internal/api
+
+test: build lint test-unit test-fuzz test-e2e
 
 # The security evaluation (docs/SECURITY.md): every sandbox-escape attempt and the egress red team.
 # `make test` runs a representative subset of the same TestRedTeam. SPACE_REDTEAM_REPORT=<file>

@@ -5,10 +5,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +20,7 @@ import (
 	"github.com/space-sandbox/space/internal/confine"
 )
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -232,4 +234,63 @@ func TestStrangeNamesRoundTrip(t *testing.T) {
 	if target, err := ro.Readlink("link"); err != nil || target != "t\xffarget" {
 		t.Fatalf("odd link: %q, %v", target, err)
 	}
+}
+
+// FuzzMaterialize writes hostile trees (any paths, types and link targets, links first so that
+// later entries try to go through them) and checks that nothing outside the directory changes.
+func FuzzMaterialize(f *testing.F) {
+	f.Add("l", "l", "/", "l/etc/x", "f", "")
+	f.Add("a", "l", "..", "a/b", "d", "")
+	f.Add("../x", "f", "", "x", "f", "")
+	f.Add("d", "d", "", "d/c", "c", "")
+	f.Add("p", "p", "", "s", "l", "/proc/self/root/etc/shadow")
+	s, err := cas.Open(f.TempDir(), nil)
+	must(f, err)
+	tx := s.Begin()
+	chunks, err := tx.Put(strings.NewReader("content"))
+	must(f, err)
+	if _, err := tx.Commit("c", []byte("{}"), nil); err != nil {
+		f.Fatal(err)
+	}
+	outside := f.TempDir()
+	sentinel := filepath.Join(outside, "sentinel")
+	must(f, os.WriteFile(sentinel, []byte("keep"), 0o644))
+	f.Fuzz(func(t *testing.T, p1, t1, l1, p2, t2, l2 string) {
+		dir := filepath.Join(t.TempDir(), "tree")
+		must(t, os.Mkdir(dir, 0o755))
+		tr := Tree{}
+		for _, e := range []Entry{{Path: p1, Type: t1, Target: l1}, {Path: p2, Type: t2, Target: l2}} {
+			e.Mode = 0o6755
+			if e.Type == "l" && e.Target == "" {
+				e.Target = outside
+			}
+			if e.Type == "f" {
+				e.Chunks = chunks
+				e.Size = 7
+			}
+			tr.Entries = append(tr.Entries, e)
+		}
+		Materialize(s, tr, dir) // errors are fine; escapes are not
+		if entries, _ := os.ReadDir(outside); len(entries) != 1 {
+			t.Fatalf("something was made beside the tree: %v", entries)
+		}
+		if b, _ := os.ReadFile(sentinel); string(b) != "keep" {
+			t.Fatal("the file beside the tree changed")
+		}
+		filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return nil
+			}
+			info, err := d.Info()
+			if err == nil && info.Mode()&(fs.ModeSetuid|fs.ModeSetgid|fs.ModeNamedPipe) != 0 {
+				t.Fatalf("%s materialised as %v", p, info.Mode())
+			}
+			if err == nil && info.Mode()&fs.ModeDevice != 0 {
+				if st, ok := info.Sys().(*syscall.Stat_t); ok && st.Rdev != 0 {
+					t.Fatalf("%s materialised as a device", p)
+				}
+			}
+			return nil
+		})
+	})
 }
