@@ -27,6 +27,10 @@ const (
 	readyPoll         = 2 * time.Millisecond
 	readyBackoff      = 10 * time.Millisecond
 	readyAttempt      = 250 * time.Millisecond
+	// messageMax bounds one message read from an agent. The agent runs inside the sandbox,
+	// which may replace it with a server of its own: what it answers is an attacker's, and a
+	// message without bound would be one without bound in spaced's memory.
+	messageMax = 32 << 20
 )
 
 // Client talks to one sandbox's agent. It is safe for concurrent use; keep one per sandbox so
@@ -54,8 +58,8 @@ func NewClient(baseURL, token string, hc *http.Client) *Client {
 	base := strings.TrimRight(baseURL, "/")
 	return &Client{
 		base: base, token: token, hc: hc,
-		proc: processconnect.NewProcessClient(hc, base),
-		fs:   filesystemconnect.NewFilesystemClient(hc, base),
+		proc: processconnect.NewProcessClient(hc, base, connect.WithReadMaxBytes(messageMax)),
+		fs:   filesystemconnect.NewFilesystemClient(hc, base, connect.WithReadMaxBytes(messageMax)),
 	}
 }
 
