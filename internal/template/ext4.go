@@ -50,7 +50,7 @@ func (s *Store) ExportExt4(ctx context.Context, name, dest string) error {
 		if len(lowers) == 1 {
 			lowers = append(lowers, lowers[0])
 		}
-		if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY, "lowerdir="+strings.Join(lowers, ":")); err != nil {
+		if err := unix.Mount("overlay", mnt, "overlay", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV, "lowerdir="+strings.Join(lowers, ":")); err != nil {
 			return fmt.Errorf("export: mount layers: %w", err)
 		}
 		defer unix.Unmount(mnt, unix.MNT_DETACH)

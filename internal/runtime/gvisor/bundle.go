@@ -109,7 +109,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string, withBundle bool) *spec
 			// Without a mount at /tmp, runsc puts a tmpfs on an empty /tmp. The sandbox's /tmp
 			// must stay part of its writable layer (on disk, in file snapshots), so bind the
 			// rootfs's own /tmp over itself.
-			{Destination: "/tmp", Type: "bind", Source: filepath.Join(sb, "rootfs", "tmp"), Options: []string{"bind", "rw"}},
+			{Destination: "/tmp", Type: "bind", Source: filepath.Join(sb, "rootfs", "tmp"), Options: []string{"bind", "rw", "nosuid", "nodev"}},
 			{Destination: AgentGuestPath, Type: "bind", Source: filepath.Join(sb, agentFile), Options: []string{"bind", "ro"}},
 			{Destination: "/etc/resolv.conf", Type: "bind", Source: filepath.Join(sb, resolvFile), Options: []string{"bind", "ro"}},
 		},
