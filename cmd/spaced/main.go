@@ -203,8 +203,17 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		}
 	}()
 
+	// Spool files are unlinked when made; whatever a crash left in the directory is stale.
+	spoolDir := filepath.Join(cfg.Home, "spool")
+	if err := os.RemoveAll(spoolDir); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
+	if err := os.Mkdir(spoolDir, 0o700); err != nil {
+		return fmt.Errorf("spool: %w", err)
+	}
 	srv := &http.Server{
-		Handler:           api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain}),
+		Handler: api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
+			SpoolDir: spoolDir, SpoolBytes: cfg.ExecSpoolMiB << 20}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -229,10 +229,11 @@ func (e *env) create(body string) string {
 }
 
 type execResult struct {
-	PID      int    `json:"pid"`
-	ExitCode int    `json:"exit_code"`
-	Stdout   string `json:"stdout"`
-	Stderr   string `json:"stderr"`
+	PID       int    `json:"pid"`
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
 }
 
 func (e *env) exec(id, body string) execResult {

@@ -190,29 +190,26 @@ func (u *utf8Splitter) flush() []byte {
 	return b
 }
 
-// maxSpool bounds how much of one output stream a JSON exec answer carries; beyond it output is
-// dropped and the answer says "truncated": true (use SSE for more).
-const maxSpool = 256 << 20
-
 // collectExec runs an execution to its end and answers with one JSON object. Output is spooled
-// to temporary files, never held in memory, and streamed into the response.
+// to anonymous files of s.spool, never held in memory, and streamed into the response; past
+// the spool's per-stream share or its budget the rest is dropped and the answer says
+// "truncated": true (use SSE for more). The command runs on either way.
 func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox.Execution) {
-	stdout, err := os.CreateTemp("", "space-exec-stdout-")
+	stdout, err := s.spool.create()
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("spool: %w", err))
+		s.writeError(w, r, err)
 		return
 	}
-	defer os.Remove(stdout.Name())
 	defer stdout.Close()
-	stderr, err := os.CreateTemp("", "space-exec-stderr-")
+	stderr, err := s.spool.create()
 	if err != nil {
-		s.writeError(w, r, fmt.Errorf("spool: %w", err))
+		s.writeError(w, r, err)
 		return
 	}
-	defer os.Remove(stderr.Name())
 	defer stderr.Close()
 	var exit sandbox.ExecEvent
-	var spooled [2]int64 // stdout, stderr
+	var spooled [2]int64 // stdout, stderr: bytes written, all reserved from the spool
+	defer func() { s.spool.release(spooled[0] + spooled[1]) }()
 	truncated := false
 	for {
 		ev, err := ex.Next()
@@ -230,11 +227,16 @@ func (s *Server) collectExec(w http.ResponseWriter, r *http.Request, ex *sandbox
 				i, f = 1, stderr
 			}
 			data := ev.Data
-			if room := maxSpool - spooled[i]; int64(len(data)) > room {
+			if room := s.spool.perOut - spooled[i]; int64(len(data)) > room {
 				data, truncated = data[:max(room, 0)], true
 			}
+			if got := s.spool.reserve(int64(len(data))); got < int64(len(data)) {
+				data, truncated = data[:got], true
+			}
 			spooled[i] += int64(len(data))
-			_, err = f.Write(data)
+			if len(data) > 0 {
+				_, err = f.Write(data)
+			}
 		case sandbox.ExecExit:
 			exit = ev
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -24,6 +25,13 @@ type Config struct {
 	// Domain, if set, is the E2B sandbox domain: envd requests for 49983-<id>.<Domain> go to
 	// sandbox <id>'s agent.
 	Domain string
+	// SpoolDir holds the output of commands answered as one JSON object while they run
+	// (spaced: $SPACE_HOME/spool; default the system's temporary directory). SpoolBytes bounds
+	// what all of it may hold at once (default 1 GiB), SpoolPerOutput one stream of one command
+	// (default 64 MiB).
+	SpoolDir       string
+	SpoolBytes     int64
+	SpoolPerOutput int64
 }
 
 // Server is spaced's HTTP handler.
@@ -34,6 +42,7 @@ type Server struct {
 	version string
 	maxUp   int64
 	metrics *metrics
+	spool   *spool
 	mux     *http.ServeMux
 	e2b     *e2b.Handler
 }
@@ -46,7 +55,17 @@ func New(cfg Config) *Server {
 	if cfg.MaxUpload == 0 {
 		cfg.MaxUpload = 16 << 30
 	}
-	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(), mux: http.NewServeMux()}
+	if cfg.SpoolDir == "" {
+		cfg.SpoolDir = os.TempDir()
+	}
+	if cfg.SpoolBytes == 0 {
+		cfg.SpoolBytes = 1 << 30
+	}
+	if cfg.SpoolPerOutput == 0 {
+		cfg.SpoolPerOutput = 64 << 20
+	}
+	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
+		spool: newSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolPerOutput), mux: http.NewServeMux()}
 	s.routes()
 	s.e2b = e2b.New(e2b.Config{Sandboxes: cfg.Sandboxes, Keys: cfg.Keys, Logger: cfg.Logger, Domain: cfg.Domain,
 		Status: func(err error) (int, string) {

@@ -37,6 +37,7 @@ type Config struct {
 	MaxTTL        time.Duration // largest timeout a client may ask for
 	MaxSandboxes  int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
 	WarmPool      int           // SPACE_WARM_POOL: default-shape sandboxes started ahead of demand
+	ExecSpoolMiB  int64         // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
 	LogLevel      string        // SPACE_LOG_LEVEL: debug|info|warn|error
 	Debug         bool          // SPACE_DEBUG: runsc debug logs
 }
@@ -76,6 +77,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
 	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", atoiDefault(env("SPACE_MAX_SANDBOXES", ""), 100), "live sandboxes per tenant (SPACE_MAX_SANDBOXES)")
 	fs.IntVar(&c.WarmPool, "warm-pool", atoiDefault(env("SPACE_WARM_POOL", ""), 2), "default-shape sandboxes kept started ahead of demand; 0 disables (SPACE_WARM_POOL)")
+	fs.Int64Var(&c.ExecSpoolMiB, "exec-spool-mib", int64(atoiDefault(env("SPACE_EXEC_SPOOL_MIB", ""), 1024)), "MiB of disk under $SPACE_HOME/spool that the output of commands answered as one JSON object may hold at once (SPACE_EXEC_SPOOL_MIB)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
 	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
 	if err := fs.Parse(args); err != nil {
@@ -132,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, fmt.Errorf("timeouts: want 0 < default (%s) <= max (%s)", c.DefaultTTL, c.MaxTTL))
+	}
+	if c.ExecSpoolMiB < 1 || c.ExecSpoolMiB > 1<<20 {
+		errs = append(errs, fmt.Errorf("exec spool %d MiB: want 1..1048576", c.ExecSpoolMiB))
 	}
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		errs = append(errs, fmt.Errorf("warm pool %d: want 0..64", c.WarmPool))
