@@ -6,6 +6,7 @@ import (
 	"io"
 	"io/fs"
 	"path"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -127,33 +128,31 @@ func (r *Root) Size(p string) (int64, error) {
 // removed and replaced by an empty directory with mode. It is for mount points: what is
 // mounted there must not land where a link points.
 func (r *Root) EnsureDir(p string, mode uint32) error {
-	c, err := Clean(p)
-	if err != nil || c == "" {
+	if c, err := Clean(p); err != nil || c == "" {
 		return err
 	}
-	if err := r.ensureParent(c); err != nil {
-		return err
-	}
-	info, err := r.Lstat(c)
-	if err == nil && info.IsDir() {
-		return nil
-	}
-	if err == nil {
-		if err := r.RemoveAll(c); err != nil {
+	return r.ensure(p, Info.IsDir, func(c string) error {
+		if err := r.Mkdir(c, mode); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return err
-	}
-	if err := r.Mkdir(c, mode); err != nil {
-		return err
-	}
-	return r.SetMeta(c, Meta{Mode: mode})
+		return r.SetMeta(c, Meta{Mode: mode, MTime: time.Now().UnixNano()})
+	})
 }
 
 // EnsureFile makes sure p is a regular file beneath the root, every ancestor a real directory;
 // anything else there is replaced by an empty file with mode.
 func (r *Root) EnsureFile(p string, mode uint32) error {
+	return r.ensure(p, Info.IsRegular, func(c string) error {
+		f, err := r.Create(c, mode)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	})
+}
+
+// ensure leaves p if it is what want accepts, else replaces whatever is there by what create makes.
+func (r *Root) ensure(p string, want func(Info) bool, create func(c string) error) error {
 	c, err := Clean(p)
 	if err != nil {
 		return err
@@ -165,21 +164,17 @@ func (r *Root) EnsureFile(p string, mode uint32) error {
 		return err
 	}
 	info, err := r.Lstat(c)
-	if err == nil && info.IsRegular() {
+	switch {
+	case err == nil && want(info):
 		return nil
-	}
-	if err == nil {
+	case err == nil:
 		if err := r.RemoveAll(c); err != nil {
 			return err
 		}
-	} else if !errors.Is(err, fs.ErrNotExist) {
+	case !errors.Is(err, fs.ErrNotExist):
 		return err
 	}
-	f, err := r.Create(c, mode)
-	if err != nil {
-		return err
-	}
-	return f.Close()
+	return create(c)
 }
 
 func (r *Root) ensureParent(c string) error {
