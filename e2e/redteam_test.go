@@ -87,15 +87,21 @@ func (rt *redTeam) needle(name string, tok []byte) {
 	rt.needles[name] = bytes.Clone(tok)
 }
 
-// found returns the canaries among names (all canaries if names is empty) whose token is in b.
+// allCanaries names every canary so far.
+func (rt *redTeam) allCanaries() []string {
+	rt.mu.Lock()
+	defer rt.mu.Unlock()
+	var names []string
+	for n := range rt.needles {
+		names = append(names, n)
+	}
+	return names
+}
+
+// found returns the canaries among names whose token is in b.
 func (rt *redTeam) found(b []byte, names ...string) []string {
 	rt.mu.Lock()
 	defer rt.mu.Unlock()
-	if len(names) == 0 {
-		for n := range rt.needles {
-			names = append(names, n)
-		}
-	}
 	var out []string
 	for _, n := range names {
 		if tok, ok := rt.needles[n]; ok && len(tok) > 0 && bytes.Contains(b, tok) {
@@ -226,6 +232,7 @@ func (rt *redTeam) daemonCanaries(t *testing.T, d *spacedtest.Daemon, envTok str
 // root mounts) that hold its token. The files that legitimately hold a canary are skipped.
 func (rt *redTeam) scanHome(home string) map[string][]string {
 	out := map[string][]string{}
+	all := rt.allCanaries()
 	skip := map[string]bool{"admin.key": true, "secrets.key": true, "egress-ca.key": true, "egress-ca.crt": true,
 		"space.db": true, "space.db-wal": true, "space.db-shm": true, "spaced.log": true}
 	filepath.WalkDir(home, func(p string, e fs.DirEntry, err error) error {
@@ -246,7 +253,7 @@ func (rt *redTeam) scanHome(home string) map[string][]string {
 		if err != nil {
 			return nil
 		}
-		for _, n := range rt.found(b) {
+		for _, n := range rt.found(b, all...) {
 			out[n] = append(out[n], rel)
 		}
 		return nil
