@@ -414,7 +414,7 @@ func spacedFilesOutside(pid int, home string) []string {
 	entries, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	for _, e := range entries {
 		l, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name()))
-		if err != nil || !strings.HasPrefix(l, "/") || strings.HasPrefix(l, home+"/") || strings.HasPrefix(l, "/dev/") || strings.HasPrefix(l, "/proc/") {
+		if err != nil || !strings.HasPrefix(l, "/") || strings.HasPrefix(l, home+"/") || strings.HasPrefix(l, "/dev/") || strings.HasPrefix(l, "/proc/") || strings.HasPrefix(l, "/sys/") {
 			continue
 		}
 		if fi, err := os.Stat(fmt.Sprintf("/proc/%d/fd/%s", pid, e.Name())); err == nil && fi.Mode().IsRegular() {
