@@ -294,3 +294,45 @@ func FuzzMaterialize(f *testing.F) {
 		})
 	})
 }
+
+// TestDeepTreeDiffAndTar: a tree 2100 directories deep is diffed against a directory layer and
+// written as a tar (restore by paths) without an ancestor walk per path per layer.
+func TestDeepTreeDiffAndTar(t *testing.T) {
+	lowerDir := t.TempDir()
+	must(t, os.MkdirAll(filepath.Join(lowerDir, "root"), 0o755))
+	up := t.TempDir()
+	r, err := confine.Open(up)
+	must(t, err)
+	defer r.Close()
+	p := "root/rt"
+	for range 2100 {
+		p += "/d"
+	}
+	must(t, r.MkdirAll(p, 0o755))
+	must(t, r.WriteFile(p+"/f", []byte("x"), 0o644))
+	s, err := cas.Open(t.TempDir(), nil)
+	must(t, err)
+	b, _ := capture(t, s, up, "b", Tree{})
+	lower := NewView(DirLayer(lowerDir))
+	changes := Diff(Tree{}, b, func(p string) bool {
+		_, ok, err := lower.Lookup(p)
+		return ok && err == nil
+	})
+	if len(changes) != 2102 || changes[len(changes)-1].Op != "added" {
+		t.Fatalf("%d changes", len(changes))
+	}
+	view := NewView(TreeLayer(b), DirLayer(lowerDir))
+	var buf bytes.Buffer
+	must(t, WriteTar(&buf, s, view, []string{"root/rt"}))
+	tr := tar.NewReader(&buf)
+	n := 0
+	for {
+		if _, err := tr.Next(); err != nil {
+			break
+		}
+		n++
+	}
+	if n != 2102 {
+		t.Fatalf("tar of the deep tree: %d entries", n)
+	}
+}

@@ -51,15 +51,36 @@ func (l treeLayer) Lookup(p string) (Entry, bool, error) {
 
 func (l treeLayer) List(dir string) ([]string, error) { return l.kids[dir], nil }
 
-type dirLayer string
+// dirLayer remembers what it looked up: a view asks about every ancestor of every path it
+// visits, and a deep tree would otherwise cost a resolution per ancestor per path.
+type dirLayer struct {
+	dir   string
+	cache map[string]dirHit
+}
+
+type dirHit struct {
+	e  Entry
+	ok bool
+}
 
 // DirLayer is a host directory (a template's root or layer) as a layer. Images and template
 // builds wrote it, so it is read through confine: its links (Debian's /var/run -> /run, an
 // image's hostroot -> /) are entries of the view, never followed on the host.
-func DirLayer(dir string) Layer { return dirLayer(dir) }
+func DirLayer(dir string) Layer { return &dirLayer{dir: dir, cache: map[string]dirHit{}} }
 
-func (l dirLayer) Lookup(p string) (Entry, bool, error) {
-	root, err := confine.Open(string(l))
+func (l *dirLayer) Lookup(p string) (Entry, bool, error) {
+	if h, ok := l.cache[p]; ok {
+		return h.e, h.ok, nil
+	}
+	e, ok, err := l.lookup(p)
+	if err == nil {
+		l.cache[p] = dirHit{e, ok}
+	}
+	return e, ok, err
+}
+
+func (l *dirLayer) lookup(p string) (Entry, bool, error) {
+	root, err := confine.Open(l.dir)
 	if err != nil {
 		return Entry{}, false, err
 	}
@@ -73,7 +94,7 @@ func (l dirLayer) Lookup(p string) (Entry, bool, error) {
 		if err != nil {
 			return err
 		}
-		e.layer = string(l)
+		e.layer = l.dir
 		res = e
 		return fs.SkipDir
 	})
@@ -89,8 +110,8 @@ func (l dirLayer) Lookup(p string) (Entry, bool, error) {
 	return res, res.Type != "", nil
 }
 
-func (l dirLayer) List(dir string) ([]string, error) {
-	root, err := confine.Open(string(l))
+func (l *dirLayer) List(dir string) ([]string, error) {
+	root, err := confine.Open(l.dir)
 	if err != nil {
 		return nil, err
 	}
@@ -106,30 +127,61 @@ func (l dirLayer) List(dir string) ([]string, error) {
 	return out, nil
 }
 
-// View is a stack of layers, the top first, read the way overlayfs merges them.
-type View struct{ layers []Layer }
+// View is a stack of layers, the top first, read the way overlayfs merges them. It remembers
+// which directories of each layer hide what is below them, so a path costs one look at its
+// parent rather than at every ancestor. Not safe for concurrent use.
+type View struct {
+	layers []Layer
+	hides  []map[string]bool // per layer: directory → it or an ancestor hides the layers below
+}
 
 // NewView stacks layers, the topmost first.
-func NewView(layers ...Layer) *View { return &View{layers: layers} }
+func NewView(layers ...Layer) *View {
+	v := &View{layers: layers, hides: make([]map[string]bool, len(layers))}
+	for i := range v.hides {
+		v.hides[i] = map[string]bool{}
+	}
+	return v
+}
 
-// hidden reports whether something in layer l above p (an ancestor that is deleted, not a
-// directory, or opaque) hides p in the layers below l.
-func hidden(l Layer, p string) (bool, error) {
-	for a := path.Dir(p); a != "." && a != "/" && a != ""; a = path.Dir(a) {
-		e, ok, err := l.Lookup(a)
-		if err != nil {
+// hidden reports whether something in layer i above p (an ancestor that is deleted, not a
+// directory, or opaque) hides p in the layers below it.
+func (v *View) hidden(i int, p string) (bool, error) { return v.hiddenDir(i, parentOf(p)) }
+
+// hiddenDir reports whether directory a of layer i, or one of its ancestors, hides the layers
+// below.
+func (v *View) hiddenDir(i int, a string) (bool, error) {
+	if a == "" {
+		return false, nil
+	}
+	if h, ok := v.hides[i][a]; ok {
+		return h, nil
+	}
+	e, ok, err := v.layers[i].Lookup(a)
+	if err != nil {
+		return false, err
+	}
+	h := ok && (e.Whiteout() || e.Type != "d" || e.Opaque())
+	if !h {
+		if h, err = v.hiddenDir(i, parentOf(a)); err != nil {
 			return false, err
 		}
-		if ok && (e.Whiteout() || e.Type != "d" || e.Opaque()) {
-			return true, nil
-		}
 	}
-	return false, nil
+	v.hides[i][a] = h
+	return h, nil
+}
+
+// parentOf is p's parent in the relative form ("" for the root): a slice of p, no copy.
+func parentOf(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[:i]
+	}
+	return ""
 }
 
 // Lookup returns what p is in the merged view.
 func (v *View) Lookup(p string) (Entry, bool, error) {
-	for _, l := range v.layers {
+	for i, l := range v.layers {
 		e, ok, err := l.Lookup(p)
 		if err != nil {
 			return Entry{}, false, err
@@ -141,7 +193,7 @@ func (v *View) Lookup(p string) (Entry, bool, error) {
 			e.Path = p
 			return e, true, nil
 		}
-		if h, err := hidden(l, p); err != nil || h {
+		if h, err := v.hidden(i, p); err != nil || h {
 			return Entry{}, false, err
 		}
 	}
@@ -151,7 +203,7 @@ func (v *View) Lookup(p string) (Entry, bool, error) {
 // List returns the names in directory dir of the merged view, sorted.
 func (v *View) List(dir string) ([]string, error) {
 	seen := map[string]bool{}
-	for _, l := range v.layers {
+	for i, l := range v.layers {
 		e, ok, err := l.Lookup(dir)
 		if err != nil {
 			return nil, err
@@ -172,7 +224,7 @@ func (v *View) List(dir string) ([]string, error) {
 			}
 		}
 		if dir != "" {
-			if h, err := hidden(l, dir); err != nil || h {
+			if h, err := v.hidden(i, dir); err != nil || h {
 				if err != nil {
 					return nil, err
 				}

@@ -57,3 +57,53 @@ func TestExtractReplacesOnlyNamedPaths(t *testing.T) {
 		t.Fatal("entry outside the restored paths written")
 	}
 }
+
+// TestExtractDeepAndStrangeNames: a tree deeper than PATH_MAX and names that are not UTF-8 come
+// back through a restore.
+func TestExtractDeepAndStrangeNames(t *testing.T) {
+	root := t.TempDir()
+	a := filepath.Join(root, "a")
+	rel := strings.TrimPrefix(a, "/")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dir := rel
+	tw.WriteHeader(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX})
+	for range 30 { // 30 × 201 bytes: past PATH_MAX
+		dir += "/" + strings.Repeat("d", 200)
+		tw.WriteHeader(&tar.Header{Name: dir + "/", Typeflag: tar.TypeDir, Mode: 0o755, Format: tar.FormatPAX})
+	}
+	odd := dir + "/n\xffame\x01"
+	tw.WriteHeader(&tar.Header{Name: odd, Typeflag: tar.TypeReg, Mode: 0o600, Size: 4, Format: tar.FormatPAX})
+	tw.Write([]byte("deep"))
+	tw.WriteHeader(&tar.Header{Name: rel + "/sibling", Typeflag: tar.TypeSymlink, Linkname: "l\xfe", Format: tar.FormatPAX})
+	tw.Close()
+	n, err := extract(tar.NewReader(&buf), []string{a})
+	if err != nil || n != 33 {
+		t.Fatalf("extract: %d, %v", n, err)
+	}
+	if target, err := os.Readlink(filepath.Join(a, "sibling")); err != nil || target != "l\xfe" {
+		t.Fatalf("link: %q %v", target, err)
+	}
+	// Read the deep file back relative to its directory (its full path is too long for open).
+	d, err := os.OpenRoot(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	cur := d
+	for _, c := range strings.Split(strings.TrimPrefix(odd, strings.TrimPrefix(root, "/")+"/"), "/")[:31] {
+		next, err := cur.OpenRoot(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cur != d {
+			cur.Close()
+		}
+		cur = next
+	}
+	b, err := cur.ReadFile("n\xffame\x01")
+	if err != nil || string(b) != "deep" {
+		t.Fatalf("deep file: %q %v", b, err)
+	}
+	os.RemoveAll(a)
+}
