@@ -466,6 +466,7 @@ func (d *Driver) runsc(ctx context.Context, id string, args ...string) ([]byte, 
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, d.cfg.Runsc, d.globalFlags(id)...)
 	cmd.Args = append(cmd.Args, args...)
+	cmd.Env = runscEnv()
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		msg := strings.TrimSpace(stderr.String())
@@ -509,6 +510,7 @@ func (d *Driver) runDetached(ctx context.Context, id string, args ...string) err
 	}
 	cmd := exec.CommandContext(ctx, d.cfg.Runsc, d.globalFlags(id)...)
 	cmd.Args = append(cmd.Args, args...)
+	cmd.Env = runscEnv()
 	cmd.Stdout, cmd.Stderr = console, console
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Run(); err != nil {
@@ -516,6 +518,10 @@ func (d *Driver) runDetached(ctx context.Context, id string, args ...string) err
 	}
 	return nil
 }
+
+// runscEnv is the whole environment of runsc and so of its sandbox and gofer processes, which
+// outlive the command: nothing of spaced's own (its admin key, configuration) is handed down.
+func runscEnv() []string { return []string{"PATH=" + defaultPath} }
 
 // globalFlags are runsc's flags before the subcommand. --overlay2=none: the root's writes go
 // through the gofer to our host overlay, so the writable layer is on disk, not in memory.
