@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -17,11 +18,21 @@ type templateJSON struct {
 	Parent    string    `json:"parent,omitempty"`
 }
 
-func toTemplateJSON(t sandbox.TemplateInfo) templateJSON {
-	return templateJSON{Name: t.Name, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Parent: t.Parent}
+// toTemplateJSON describes t to p. A parent naming a host path (an image from a docker-archive
+// file or an OCI layout on the host) is the host's business: tenants see only its kind.
+func toTemplateJSON(t sandbox.TemplateInfo, p auth.Principal) templateJSON {
+	parent := t.Parent
+	if !p.Admin {
+		for _, scheme := range []string{"docker-archive:", "oci:"} {
+			if strings.HasPrefix(parent, scheme) {
+				parent = scheme
+			}
+		}
+	}
+	return templateJSON{Name: t.Name, SizeBytes: t.SizeBytes, CreatedAt: t.CreatedAt, Parent: parent}
 }
 
-func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
+func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request, p auth.Principal) {
 	list, err := s.sb.ListTemplates(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
@@ -29,7 +40,7 @@ func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request, _ a
 	}
 	out := make([]templateJSON, 0, len(list))
 	for _, t := range list {
-		out = append(out, toTemplateJSON(t))
+		out = append(out, toTemplateJSON(t, p))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"templates": out})
 }
@@ -64,7 +75,7 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request, p a
 			s.writeError(w, r, err)
 			return
 		}
-		writeJSON(w, http.StatusCreated, toTemplateJSON(t))
+		writeJSON(w, http.StatusCreated, toTemplateJSON(t, p))
 		return
 	}
 	sse := startSSE(w, http.StatusOK)
@@ -80,5 +91,5 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request, p a
 		_ = sse.send("error", errorDetail{Code: code, Message: messageOf(err, status)})
 		return
 	}
-	_ = sse.send("done", toTemplateJSON(t))
+	_ = sse.send("done", toTemplateJSON(t, p))
 }
