@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"path"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -28,27 +30,56 @@ func decodeJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	return decodeJSONLimit(w, r, v, maxJSONBody)
 }
 
+// jsonBodyTimeout bounds how long a client may take to send a JSON body: a client that sends
+// one slowly (slowloris) holds a connection and a goroutine no longer than this.
+const jsonBodyTimeout = 30 * time.Second
+
 // decodeJSONLimit is decodeJSON with another size limit (template recipes carry files).
 func decodeJSONLimit(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	lift := bodyDeadline(w)
 	body := http.MaxBytesReader(w, r.Body, limit)
-	return decodeJSONFrom(body, v)
+	buf, err := io.ReadAll(body)
+	if err != nil {
+		return readError(w, err)
+	}
+	lift()
+	return decodeJSONFrom(bytes.NewReader(buf), v)
 }
 
-func tooLarge(err error) error {
-	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
-		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+// bodyDeadline sets a read deadline of jsonBodyTimeout on the request's connection and returns
+// the function that lifts it once the body is in (a deadline left behind would end the
+// request's context while a long command runs). On a failed read it stays: the server then
+// cannot wait on the client for the rest of the body, and closes the connection. Connections
+// that cannot take deadlines (tests' recorders) are left alone.
+func bodyDeadline(w http.ResponseWriter) func() {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(jsonBodyTimeout)) != nil {
+		return func() {}
 	}
-	return nil
+	return func() { _ = rc.SetReadDeadline(time.Time{}) }
+}
+
+// errBodyTimeout marks a body that did not arrive in time: the request's context is canceled
+// by then (the connection failed a read), but the client is still there to be told.
+var errBodyTimeout = errors.New("request body timed out")
+
+// readError classifies a failure to read a request body.
+func readError(w http.ResponseWriter, err error) error {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return fmt.Errorf("%w: %w", errBodyTimeout, errdefs.InvalidArgument(fmt.Sprintf("request body not received within %s", jsonBodyTimeout)))
+	}
+	return errdefs.InvalidArgument("read body: " + err.Error())
 }
 
 // decodeJSONFrom decodes one JSON object from body (which the caller bounds) into v.
 func decodeJSONFrom(body io.Reader, v any) error {
 	buf, err := io.ReadAll(body)
 	if err != nil {
-		if tl := tooLarge(err); tl != nil {
-			return tl
-		}
 		return errdefs.InvalidArgument("read body: " + err.Error())
 	}
 	if d := jsonDepth(buf); d > maxJSONDepth {
@@ -101,14 +132,13 @@ func decodeOptionalJSON(w http.ResponseWriter, r *http.Request, v any) error {
 	if r.ContentLength == 0 {
 		return nil
 	}
+	lift := bodyDeadline(w)
 	body := http.MaxBytesReader(w, r.Body, maxJSONBody)
 	buf, err := io.ReadAll(body)
 	if err != nil {
-		if tl := tooLarge(err); tl != nil {
-			return tl
-		}
-		return errdefs.InvalidArgument("read body: " + err.Error())
+		return readError(w, err)
 	}
+	lift()
 	if len(bytes.TrimSpace(buf)) == 0 {
 		return nil
 	}

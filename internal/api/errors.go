@@ -65,7 +65,7 @@ func messageOf(err error, status int) string {
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	status, code := statusOf(err)
-	if r.Context().Err() != nil {
+	if r.Context().Err() != nil && !errors.Is(err, errBodyTimeout) {
 		return // the client is gone; there is no one to answer
 	}
 	if status >= 500 {

@@ -124,6 +124,9 @@ type ExecResult struct {
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
 	DurationMs int64  `json:"duration_ms"`
+	// Truncated is set when the server dropped output past its spool limits (ExecStream has
+	// none).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // Exec event types, in ExecEvent.Type.
