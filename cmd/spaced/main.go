@@ -175,6 +175,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool, DefaultTemplate: "base",
+		Capacity: func() (sandbox.Capacity, error) { return sandbox.HostCapacity(cfg.Home) },
 		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
 			t, err := templates.Ensure(ctx, name)
 			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err

@@ -122,6 +122,9 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 	if err := validateResources(req.Resources); err != nil {
 		return store.Sandbox{}, Spec{}, err
 	}
+	if err := m.checkCapacity(req.Resources); err != nil {
+		return store.Sandbox{}, Spec{}, err
+	}
 	spec := Spec{Resources: req.Resources, Network: Network{Egress: Egress{Default: m.cfg.DefaultEgress}}}
 	if req.Network != nil {
 		spec.Network = *req.Network

@@ -74,6 +74,9 @@ type Config struct {
 	Audit           *egress.Audit   // egress decisions of the gateway (optional)
 	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
 	Secrets         *secrets.Box    // seals credential values (optional: no secrets without it)
+	// Capacity reports the most the host can give one sandbox; creates that ask for more are
+	// refused. Nil: no check.
+	Capacity func() (Capacity, error)
 
 	// AgentURL maps a slot to the agent's base URL. Default http://<guest ip>:49983. Tests that
 	// run a fake driver override it.
