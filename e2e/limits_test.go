@@ -196,6 +196,21 @@ func TestLimitsHold(t *testing.T) {
 		}
 	})
 
+	t.Run("beyond-the-host", func(t *testing.T) {
+		// More CPUs or memory than the host has is refused, and nothing is made.
+		before, _ := c.ListSandboxes(ctxT(t), client.ListSandboxesOptions{})
+		for _, res := range []client.Resources{{VCPUs: 64}, {MemoryMiB: 262144}} {
+			_, err := c.CreateSandbox(ctxT(t), client.CreateSandboxRequest{Template: "minimal", Resources: &res})
+			var apiErr *client.Error
+			if !errors.As(err, &apiErr) || apiErr.Status != 400 || apiErr.Code != "invalid_argument" {
+				t.Errorf("create with %+v: %v, want 400 invalid_argument", res, err)
+			}
+		}
+		if after, _ := c.ListSandboxes(ctxT(t), client.ListSandboxesOptions{}); len(after) != len(before) {
+			t.Errorf("refused creates changed the sandboxes: %d → %d", len(before), len(after))
+		}
+	})
+
 	// Whatever the limits did to those sandboxes, spaced serves and new ones run.
 	sb := create(t, c, client.CreateSandboxRequest{Template: "minimal"})
 	if r := run(t, c, sb.ID, "echo fine"); r.Stdout != "fine\n" {

@@ -28,7 +28,7 @@ func (s *Server) handleUpdateNetwork(w http.ResponseWriter, r *http.Request, p a
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 // handleEgress returns a sandbox's recent egress decisions, or streams new ones (SSE, event

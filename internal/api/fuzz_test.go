@@ -200,3 +200,18 @@ func TestJSONDepthLimit(t *testing.T) {
 		t.Fatalf("brackets in a string: %v", err)
 	}
 }
+
+func TestRedactHostPaths(t *testing.T) {
+	for in, want := range map[string]string{
+		"runsc restore: open /var/lib/space/runtime/gvisor/sandboxes/sbx_1/upper: no such file": "runsc restore: open <path>: no such file",
+		`restore from snap_1 failed: "/tmp/x/y" (deleted)`:                                      `restore from snap_1 failed: "<path>" (deleted)`,
+		"sandbox runtime died":               "sandbox runtime died",
+		"exit status 1 at /":                 "exit status 1 at /",
+		"http://10.0.0.1:49983/x":            "http://10.0.0.1:49983/x",
+		"see /run/space/net/a and /root/b/c": "see <path> and <path>",
+	} {
+		if got := redactHostPaths(in); got != want {
+			t.Errorf("redactHostPaths(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

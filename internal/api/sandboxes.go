@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"regexp"
 	"strings"
 	"time"
 
@@ -39,7 +40,19 @@ type sandboxJSON struct {
 	Error        string                `json:"error,omitempty"`
 }
 
-func toJSON(i sandbox.Info) sandboxJSON {
+// hostPathRE matches what looks like an absolute host path of two or more parts.
+var hostPathRE = regexp.MustCompile(`/[^\s/:'"()]+(?:/[^\s/:'"()]*)+`)
+
+// redactHostPaths replaces the absolute paths in a message from the lifecycle (a runtime's
+// error, say) with "<path>": where spaced keeps its state is the host's business, not a
+// tenant's.
+func redactHostPaths(msg string) string { return hostPathRE.ReplaceAllString(msg, "<path>") }
+
+// toJSON describes a sandbox to p; tenants get its error without host paths.
+func toJSON(i sandbox.Info, p auth.Principal) sandboxJSON {
+	if !p.Admin {
+		i.Error = redactHostPaths(i.Error)
+	}
 	n := i.Spec.Network
 	if n.Egress.Allow == nil {
 		n.Egress.Allow = []string{}
@@ -72,7 +85,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusCreated, toJSON(info))
+	writeJSON(w, http.StatusCreated, toJSON(info, p))
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -105,7 +118,7 @@ func (s *Server) handleList(w http.ResponseWriter, r *http.Request, p auth.Princ
 	}
 	out := make([]sandboxJSON, 0, len(list))
 	for _, i := range list {
-		out = append(out, toJSON(i))
+		out = append(out, toJSON(i, p))
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"sandboxes": out})
 }
@@ -116,7 +129,7 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request, p auth.Princi
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -144,7 +157,7 @@ func (s *Server) handleTimeout(w http.ResponseWriter, r *http.Request, p auth.Pr
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request, _ auth.Principal) {
@@ -194,6 +207,9 @@ func (s *Server) handleEvents(w http.ResponseWriter, r *http.Request, p auth.Pri
 			if !ok {
 				return
 			}
+			if !p.Admin {
+				e.Reason = redactHostPaths(e.Reason)
+			}
 			if err := sse.send(e.Type, e); err != nil {
 				return
 			}
@@ -207,7 +223,7 @@ func (s *Server) handlePause(w http.ResponseWriter, r *http.Request, p auth.Prin
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -216,7 +232,7 @@ func (s *Server) handleResume(w http.ResponseWriter, r *http.Request, p auth.Pri
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 func (s *Server) handleFork(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -238,7 +254,7 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request, p auth.Princ
 	}
 	out := make([]sandboxJSON, 0, len(copies))
 	for _, c := range copies {
-		out = append(out, toJSON(c))
+		out = append(out, toJSON(c, p))
 	}
 	writeJSON(w, http.StatusCreated, map[string]any{"sandboxes": out})
 }

@@ -92,7 +92,7 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request, p auth.Pr
 		s.writeError(w, r, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, toJSON(info))
+	writeJSON(w, http.StatusOK, toJSON(info, p))
 }
 
 func (s *Server) handleLineage(w http.ResponseWriter, r *http.Request, p auth.Principal) {
