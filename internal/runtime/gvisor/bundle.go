@@ -24,9 +24,14 @@ const (
 
 	defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 	cpuPeriodUS = 100000
-	// pidsHeadroom is added to Resources.Pids: the host's pids cgroup also counts the sentry's
-	// and gofer's own threads (about 25 for an idle sandbox), not only the guest's tasks.
-	pidsHeadroom = 128
+	// Resources.Pids is enforced twice. Inside, it is the sandbox's RLIMIT_NPROC, which gVisor's
+	// kernel applies to every task it starts (the sandbox's root lacks CAP_SYS_ADMIN and
+	// CAP_SYS_RESOURCE, so it is bound too): a fork past it fails with EAGAIN and the sandbox
+	// lives on. Outside, the host's pids cgroup is the backstop against the sentry itself; it
+	// counts the sentry's and gofer's own threads (about 30 idle) and, with systrap, about three
+	// host tasks per guest task, hence hostTasksPerPid and pidsHeadroom.
+	hostTasksPerPid = 4
+	pidsHeadroom    = 128
 )
 
 // capabilities of the sandbox's root: Docker's default set, without NET_RAW (raw sockets are
@@ -96,7 +101,10 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string, withBundle bool) *spec
 			Capabilities: &specs.LinuxCapabilities{
 				Bounding: caps, Effective: caps, Permitted: caps,
 			},
-			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}},
+			Rlimits: []specs.POSIXRlimit{
+				{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20},
+				{Type: "RLIMIT_NPROC", Hard: uint64(res.Pids), Soft: uint64(res.Pids)},
+			},
 		},
 		Root:     &specs.Root{Path: filepath.Join(sb, "rootfs")},
 		Hostname: hostname,
@@ -118,7 +126,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string, withBundle bool) *spec
 			Resources: &specs.LinuxResources{
 				Memory: &specs.LinuxMemory{Limit: &memory},
 				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
-				Pids:   &specs.LinuxPids{Limit: res.Pids + pidsHeadroom},
+				Pids:   &specs.LinuxPids{Limit: res.Pids*hostTasksPerPid + pidsHeadroom},
 			},
 			Namespaces: []specs.LinuxNamespace{
 				{Type: specs.PIDNamespace},

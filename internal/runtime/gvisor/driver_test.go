@@ -103,14 +103,14 @@ func TestBundleSpec(t *testing.T) {
 	}{
 		{
 			name: "package defaults", edit: func(*runtime.Spec) {},
-			memory: mem(2048), quota: quota(1), pids: 4096 + 128,
+			memory: mem(2048), quota: quota(1), pids: 4096*4 + 128,
 			env:      []string{"HOME=/root", "PATH=" + defaultPath, "SPACE_AGENT_TOKEN=tok"},
 			hostname: "sb1",
 		},
 		{
 			name: "config defaults", defaults: runtime.Resources{VCPUs: 2, MemoryMiB: 512, Pids: 100},
 			edit:   func(*runtime.Spec) {},
-			memory: mem(512), quota: quota(2), pids: 228,
+			memory: mem(512), quota: quota(2), pids: 100*4 + 128,
 			env:      []string{"HOME=/root", "PATH=" + defaultPath, "SPACE_AGENT_TOKEN=tok"},
 			hostname: "sb1",
 		},
@@ -121,7 +121,7 @@ func TestBundleSpec(t *testing.T) {
 				s.Env = map[string]string{"PATH": "/opt/bin", "A": "1", "SPACE_AGENT_TOKEN": "spoofed"}
 				s.Hostname = "box"
 			},
-			memory: mem(1000), quota: quota(4), pids: 138,
+			memory: mem(1000), quota: quota(4), pids: 10*4 + 128,
 			env:      []string{"A=1", "HOME=/root", "PATH=/opt/bin", "SPACE_AGENT_TOKEN=tok"},
 			hostname: "box",
 		},

@@ -389,8 +389,8 @@ func TestResourcesReachCgroups(t *testing.T) {
 		res                 runtime.Resources
 		memory, quota, pids int64
 	}{
-		{"explicit", runtime.Resources{VCPUs: 2, MemoryMiB: 300, Pids: 500}, 314572800, 200000, 628},
-		{"defaults", runtime.Resources{}, gvisor.DefaultMemoryMiB << 20, 100000, gvisor.DefaultPids + 128},
+		{"explicit", runtime.Resources{VCPUs: 2, MemoryMiB: 300, Pids: 500}, 314572800, 200000, 500*4 + 128},
+		{"defaults", runtime.Resources{}, gvisor.DefaultMemoryMiB << 20, 100000, gvisor.DefaultPids*4 + 128},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
