@@ -124,7 +124,7 @@ func (d *Driver) bundleSpec(spec runtime.Spec, sb string, withBundle bool) *spec
 		Linux: &specs.Linux{
 			CgroupsPath: d.cgroupParent() + "/" + spec.ID,
 			Resources: &specs.LinuxResources{
-				Memory: &specs.LinuxMemory{Limit: &memory},
+				Memory: d.memoryLimit(memory),
 				CPU:    &specs.LinuxCPU{Quota: &quota, Period: &period},
 				Pids:   &specs.LinuxPids{Limit: res.Pids*hostTasksPerPid + pidsHeadroom},
 			},
@@ -210,4 +210,32 @@ func ensureMountPoints(rootfs string, spec runtime.Spec, withBundle bool) error 
 		}
 	}
 	return nil
+}
+
+// memoryLimit is the cgroup memory setting for limit bytes: with swap on the host, memory and
+// swap together (a sandbox must not go past its memory_mib into swap).
+func (d *Driver) memoryLimit(limit int64) *specs.LinuxMemory {
+	m := &specs.LinuxMemory{Limit: &limit}
+	if d.limitSwap {
+		m.Swap = &limit
+	}
+	return m
+}
+
+// swapAccounted reports whether the host has swap in use and cgroups that limit it: on v1 the
+// memsw files (swapaccount=1), on v2 memory.swap.max in child groups. Without swap there is
+// nothing to limit, and without accounting runsc could not apply a swap limit.
+func swapAccounted() bool {
+	//confine:host the host's /proc
+	b, err := os.ReadFile("/proc/swaps")
+	if err != nil || len(strings.Split(strings.TrimSpace(string(b)), "\n")) < 2 {
+		return false
+	}
+	//confine:host the host's cgroup file system
+	if _, err := os.Stat("/sys/fs/cgroup/memory/memory.memsw.limit_in_bytes"); err == nil {
+		return true
+	}
+	//confine:host the host's cgroup file system
+	m, _ := filepath.Glob("/sys/fs/cgroup/*/memory.swap.max")
+	return len(m) > 0
 }

@@ -451,3 +451,17 @@ func TestStateAndListWithoutSandboxes(t *testing.T) {
 		t.Errorf("Delete of an invalid ID: %v", err)
 	}
 }
+
+// TestMemoryLimitCoversSwap: on a host with accounted swap the memory limit bounds memory and
+// swap together; without, no swap limit is asked of runsc (it could not apply one).
+func TestMemoryLimitCoversSwap(t *testing.T) {
+	d := testDriver(t, Config{})
+	d.limitSwap = true
+	if m := d.memoryLimit(1 << 30); m.Swap == nil || *m.Swap != 1<<30 || *m.Limit != 1<<30 {
+		t.Fatalf("with swap: %+v", m)
+	}
+	d.limitSwap = false
+	if m := d.memoryLimit(1 << 30); m.Swap != nil {
+		t.Fatalf("without swap: swap %d", *m.Swap)
+	}
+}

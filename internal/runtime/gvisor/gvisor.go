@@ -74,6 +74,9 @@ type Driver struct {
 	runscRoot string
 	sandboxes string
 	log       *slog.Logger
+	// limitSwap: the host has swap and its cgroups account for it, so a sandbox's memory
+	// limit must cover swap too (else memory_mib is exceeded into swap).
+	limitSwap bool
 
 	// mu orders making a sandbox directory against removing instance-wide leftovers (the
 	// cgroup parent, runsc's shared null netns), which happens only when no sandbox is left.
@@ -119,6 +122,7 @@ func New(cfg Config) (*Driver, error) {
 		runscRoot: filepath.Join(cfg.StateDir, "runsc"),
 		sandboxes: filepath.Join(cfg.StateDir, "sandboxes"),
 		log:       cfg.Logger.With("runtime", Name),
+		limitSwap: swapAccounted(),
 	}
 	for _, dir := range []string{d.runscRoot, d.sandboxes} {
 		//confine:host the driver's state directories
