@@ -7,7 +7,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 GVISOR  := $(shell $(GO) list -m -f '{{.Version}}' gvisor.dev/gvisor)
 export CGO_ENABLED := 0
 
-.PHONY: all build run test test-unit test-fuzz test-e2e lint bench proto clean redteam
+.PHONY: all deps deps-test build run test test-unit test-fuzz test-e2e lint bench proto clean redteam
 
 all: build
 
@@ -25,8 +25,14 @@ $(BIN)/.runsc-$(GVISOR):
 	$(GO) build -o $(BIN)/runsc gvisor.dev/gvisor/runsc
 	@rm -f $(BIN)/.runsc-*; touch $@
 
+# What a fresh Debian machine lacks (apt, as root): scripts/deps.sh.
+deps:
+	@scripts/deps.sh
+deps-test:
+	@scripts/deps.sh test
+
 # Start spaced on the embedded defaults: SQLite, gVisor, the built-in templates (needs root).
-run: build
+run: deps build
 	$(BIN)/spaced serve
 
 lint:
@@ -50,12 +56,12 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzMaterialize$$' -fuzztime $(FUZZTIME) ./internal/fstree
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' -fuzztime $(FUZZTIME) ./internal/api
 
-test: build lint test-unit test-fuzz test-e2e
+test: deps-test build lint test-unit test-fuzz test-e2e
 
 # The security evaluation (docs/SECURITY.md): every sandbox-escape attempt and the egress red team.
 # `make test` runs a representative subset of the same TestRedTeam. SPACE_REDTEAM_REPORT=<file>
 # writes the table of attempts as Markdown.
-redteam: build
+redteam: deps-test build
 	SPACE_REDTEAM=full SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v -run 'RedTeam' ./e2e 2>&1 | tee /tmp/space-redteam.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|REDTEAM)' ; exit $${PIPESTATUS[0]}
 
 bench: build
