@@ -83,6 +83,10 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
 		return fmt.Errorf("home: %w", err)
 	}
+	// Keys, sandbox layers and templates live here: root's alone, whatever it was made with.
+	if err := os.Chmod(cfg.Home, 0o700); err != nil {
+		return fmt.Errorf("home: %w", err)
+	}
 	for _, p := range []string{cfg.Runsc, cfg.Agent} {
 		if _, err := os.Stat(p); err != nil {
 			return fmt.Errorf("%w (run `make build` first, or set SPACE_RUNSC / SPACE_AGENT)", err)
