@@ -85,6 +85,8 @@ func (s *Server) routes() {
 	}
 	a("GET /v1/info", s.handleInfo)
 	a("POST /v1/keys", s.handleCreateKey)
+	a("GET /v1/keys", s.handleListKeys)
+	a("DELETE /v1/keys/{id}", s.handleRevokeKey)
 	a("GET /v1/events", s.handleEvents)
 
 	a("POST /v1/sandboxes", s.handleCreate)
@@ -162,7 +164,11 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, auth.Principa
 			s.writeError(w, r, err)
 			return
 		}
-		h(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)), p)
+		// The request ends at once if its key is revoked while it runs (an event stream, a
+		// proxied connection); a new request with the key fails Authenticate.
+		ctx, done := s.keys.Bind(r.Context(), p.KeyID)
+		defer done()
+		h(w, r.WithContext(context.WithValue(ctx, principalKey{}, p)), p)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -30,14 +31,74 @@ type Principal struct {
 	Admin  bool
 }
 
-// Keys resolves and creates API keys in a store.
+// Keys resolves, creates and revokes API keys in a store. It is safe for concurrent use.
+//
+// Every request authenticates against the store, so a revoked key fails on its next request;
+// requests still running under it (SSE streams, proxied connections) are ended by Bind.
 type Keys struct {
 	st  store.Store
 	now func() time.Time
+
+	mu   sync.Mutex
+	live map[string]map[*boundRequest]struct{} // key ID → requests running under it
 }
 
+type boundRequest struct{ cancel context.CancelCauseFunc }
+
+// ErrRevoked is the cause of a bound request's context when its key is revoked.
+var ErrRevoked = errdefs.New(errdefs.ErrUnauthenticated, "API key revoked")
+
 // New returns Keys over st.
-func New(st store.Store) *Keys { return &Keys{st: st, now: time.Now} }
+func New(st store.Store) *Keys {
+	return &Keys{st: st, now: time.Now, live: map[string]map[*boundRequest]struct{}{}}
+}
+
+// Bind returns a context derived from ctx that is cancelled (cause ErrRevoked) when key keyID
+// is revoked, and a function the caller must call when the request ends.
+func (k *Keys) Bind(ctx context.Context, keyID string) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	br := &boundRequest{cancel: cancel}
+	k.mu.Lock()
+	set := k.live[keyID]
+	if set == nil {
+		set = map[*boundRequest]struct{}{}
+		k.live[keyID] = set
+	}
+	set[br] = struct{}{}
+	k.mu.Unlock()
+	return ctx, func() {
+		k.mu.Lock()
+		delete(set, br)
+		if len(set) == 0 && k.live[keyID] != nil && len(k.live[keyID]) == 0 { // the last one under this key
+			delete(k.live, keyID)
+		}
+		k.mu.Unlock()
+		cancel(nil)
+	}
+}
+
+// List returns every key (never the secret, only the stored record), oldest first.
+func (k *Keys) List(ctx context.Context) ([]store.APIKey, error) {
+	return k.st.ListAPIKeys(ctx)
+}
+
+// Revoke deletes key id: it no longer authenticates, and requests bound to it end at once.
+func (k *Keys) Revoke(ctx context.Context, id string) error {
+	if err := k.st.DeleteAPIKey(ctx, id); err != nil {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return errdefs.NotFound(fmt.Sprintf("key %q not found", id))
+		}
+		return fmt.Errorf("revoke key: %w", err)
+	}
+	k.mu.Lock()
+	set := k.live[id]
+	delete(k.live, id)
+	k.mu.Unlock()
+	for br := range set {
+		br.cancel(ErrRevoked)
+	}
+	return nil
+}
 
 // Hash is the stored form of a key.
 func Hash(key string) string {
@@ -86,19 +147,36 @@ func (k *Keys) Create(ctx context.Context, tenant string, admin bool) (id, key s
 	return id, key, nil
 }
 
-// EnsureAdmin installs the admin key at start. If key is set it is installed (if not already);
-// otherwise, if no key exists yet, a new one is generated and written to home/admin.key (0600).
-// It returns the path of the key file it wrote, if any.
+// EnsureAdmin installs the admin key at start. If key is set it is installed (if not already)
+// and every other admin key is retired: a changed SPACE_ADMIN_KEY (or one set after a generated
+// key) leaves exactly one admin key. Otherwise, if no key exists yet, a new one is generated and
+// written to home/admin.key (0600). It returns the path of the key file it wrote, if any.
+// Admin keys come only from here (POST /v1/keys makes tenant keys), so retiring them never
+// removes a key someone created through the API.
 func (k *Keys) EnsureAdmin(ctx context.Context, home, key string) (string, error) {
 	if key != "" {
-		_, err := k.st.APIKeyByHash(ctx, Hash(key))
-		if err == nil {
-			return "", nil
+		rec, err := k.st.APIKeyByHash(ctx, Hash(key))
+		if err == nil && !rec.Admin {
+			return "", errdefs.InvalidArgument("the configured admin key is already a tenant's key (" + rec.ID + "); choose a new one")
 		}
-		if !errors.Is(err, errdefs.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
+			err = k.st.CreateAPIKey(ctx, store.APIKey{ID: "key_" + Hash(key)[:16], Hash: Hash(key), Tenant: AdminTenant, Admin: true, CreatedAt: k.now().UTC()})
+		}
+		if err != nil {
 			return "", err
 		}
-		return "", k.st.CreateAPIKey(ctx, store.APIKey{ID: "key_" + Hash(key)[:16], Hash: Hash(key), Tenant: AdminTenant, Admin: true, CreatedAt: k.now().UTC()})
+		keys, err := k.st.ListAPIKeys(ctx)
+		if err != nil {
+			return "", err
+		}
+		for _, old := range keys {
+			if old.Admin && old.Hash != Hash(key) {
+				if err := k.Revoke(ctx, old.ID); err != nil {
+					return "", fmt.Errorf("retire old admin key %s: %w", old.ID, err)
+				}
+			}
+		}
+		return "", nil
 	}
 	keys, err := k.st.ListAPIKeys(ctx)
 	if err != nil {

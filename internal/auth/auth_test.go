@@ -96,3 +96,85 @@ func TestHashIsNotTheKey(t *testing.T) {
 		t.Fatal("header parsing")
 	}
 }
+
+func TestRevokeEndsKeyAndBoundRequests(t *testing.T) {
+	k, dir := newKeys(t)
+	ctx := context.Background()
+	if _, err := k.EnsureAdmin(ctx, dir, "e2b_admin1"); err != nil {
+		t.Fatal(err)
+	}
+	id, key, err := k.Create(ctx, "team-a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherID, other, err := k.Create(ctx, "team-a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound, done := k.Bind(ctx, id)
+	defer done()
+	unrelated, done2 := k.Bind(ctx, otherID)
+	defer done2()
+	if err := k.Revoke(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Authenticate(ctx, key); !errors.Is(err, errdefs.ErrUnauthenticated) {
+		t.Fatalf("revoked key authenticates: %v", err)
+	}
+	select {
+	case <-bound.Done():
+		if !errors.Is(context.Cause(bound), auth.ErrRevoked) {
+			t.Fatalf("cause %v, want ErrRevoked", context.Cause(bound))
+		}
+	default:
+		t.Fatal("a request bound to the revoked key goes on")
+	}
+	if unrelated.Err() != nil {
+		t.Fatal("revoking one key ended another key's request")
+	}
+	if _, err := k.Authenticate(ctx, other); err != nil {
+		t.Fatalf("the other key of the tenant: %v", err)
+	}
+	if err := k.Revoke(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("revoking twice = %v, want not found", err)
+	}
+	if list, err := k.List(ctx); err != nil || len(list) != 2 {
+		t.Fatalf("List = %+v, %v; want the admin key and the other key", list, err)
+	}
+}
+
+func TestChangedAdminKeyRetiresTheOld(t *testing.T) {
+	k, dir := newKeys(t)
+	ctx := context.Background()
+	// A generated key first, then a configured one, then a changed configured one.
+	if _, err := k.EnsureAdmin(ctx, dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "admin.key"))
+	generated := strings.TrimSpace(string(b))
+	_, tenant, err := k.Create(ctx, "team-a", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct{ key, retired string }{{"e2b_first", generated}, {"e2b_second", "e2b_first"}} {
+		if _, err := k.EnsureAdmin(ctx, dir, step.key); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := k.Authenticate(ctx, step.key); err != nil || !p.Admin {
+			t.Fatalf("new admin key %s: %+v %v", step.key, p, err)
+		}
+		if _, err := k.Authenticate(ctx, step.retired); !errors.Is(err, errdefs.ErrUnauthenticated) {
+			t.Fatalf("old admin key still authenticates after rotation to %s: %v", step.key, err)
+		}
+	}
+	if p, err := k.Authenticate(ctx, tenant); err != nil || p.Tenant != "team-a" {
+		t.Fatalf("rotation touched a tenant key: %+v %v", p, err)
+	}
+	// A tenant's key is not accepted as the admin key (it would leave no admin at all).
+	if _, err := k.EnsureAdmin(ctx, dir, tenant); !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Fatalf("EnsureAdmin with a tenant key = %v, want invalid argument", err)
+	}
+	if p, err := k.Authenticate(ctx, "e2b_second"); err != nil || !p.Admin {
+		t.Fatalf("refused rotation retired the admin key: %+v %v", p, err)
+	}
+}

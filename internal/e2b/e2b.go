@@ -128,7 +128,9 @@ func (h *Handler) authed(f func(http.ResponseWriter, *http.Request, auth.Princip
 			h.writeError(w, err)
 			return
 		}
-		f(w, r, p)
+		ctx, done := h.cfg.Keys.Bind(r.Context(), p.KeyID)
+		defer done()
+		f(w, r.WithContext(ctx), p)
 	}
 }
 

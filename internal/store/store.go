@@ -90,6 +90,8 @@ type Store interface {
 	// APIKeyByHash finds a key by the hex SHA-256 of its secret.
 	APIKeyByHash(ctx context.Context, hash string) (APIKey, error)
 	ListAPIKeys(ctx context.Context) ([]APIKey, error)
+	// DeleteAPIKey removes the key with this ID (revocation: it no longer authenticates).
+	DeleteAPIKey(ctx context.Context, id string) error
 
 	CreateSandbox(ctx context.Context, s Sandbox) error
 	// UpdateSandbox replaces the record with ID s.ID.

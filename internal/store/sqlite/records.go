@@ -66,6 +66,16 @@ func (s *Store) ListAPIKeys(ctx context.Context) ([]store.APIKey, error) {
 	return keys, nil
 }
 
+// DeleteAPIKey removes the key with this ID; a missing one is an error wrapping
+// errdefs.ErrNotFound.
+func (s *Store) DeleteAPIKey(ctx context.Context, id string) error {
+	res, err := s.db.ExecContext(ctx, `DELETE FROM api_keys WHERE id = ?`, id)
+	if err != nil {
+		return fmt.Errorf("delete api key %s: %w", id, err)
+	}
+	return requireOneRow(res, "delete api key", id)
+}
+
 // scanner is what *sql.Row and *sql.Rows have in common.
 type scanner interface{ Scan(dest ...any) error }
 

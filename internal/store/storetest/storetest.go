@@ -27,6 +27,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"APIKeys", testAPIKeys},
 		{"APIKeyNotFound", testAPIKeyNotFound},
 		{"APIKeyAlreadyExists", testAPIKeyAlreadyExists},
+		{"APIKeyDelete", testAPIKeyDelete},
 		{"SandboxCRUD", testSandboxCRUD},
 		{"SandboxNotFound", testSandboxNotFound},
 		{"SandboxAlreadyExists", testSandboxAlreadyExists},
@@ -133,6 +134,33 @@ func testAPIKeyNotFound(t *testing.T, s store.Store) {
 	_, err := s.APIKeyByHash(context.Background(), "missing")
 	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("APIKeyByHash(missing) = %v, want ErrNotFound", err)
+	}
+}
+
+func testAPIKeyDelete(t *testing.T, s store.Store) {
+	ctx := context.Background()
+	for _, k := range []store.APIKey{
+		{ID: "k1", Hash: "h1", Tenant: "t", CreatedAt: base},
+		{ID: "k2", Hash: "h2", Tenant: "t", CreatedAt: base.Add(time.Second)},
+	} {
+		if err := s.CreateAPIKey(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.DeleteAPIKey(ctx, "k1"); err != nil {
+		t.Fatalf("DeleteAPIKey(k1): %v", err)
+	}
+	if _, err := s.APIKeyByHash(ctx, "h1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("APIKeyByHash of a deleted key = %v, want ErrNotFound", err)
+	}
+	if _, err := s.APIKeyByHash(ctx, "h2"); err != nil {
+		t.Errorf("the other key went too: %v", err)
+	}
+	if err := s.DeleteAPIKey(ctx, "k1"); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("DeleteAPIKey(k1) again = %v, want ErrNotFound", err)
+	}
+	if keys, err := s.ListAPIKeys(ctx); err != nil || len(keys) != 1 || keys[0].ID != "k2" {
+		t.Errorf("ListAPIKeys after delete = %+v, %v; want only k2", keys, err)
 	}
 }
 
