@@ -25,6 +25,7 @@ type Capacity struct {
 // free space of the file system holding dir, and /proc/sys/kernel/pid_max.
 func HostCapacity(dir string) (Capacity, error) {
 	c := Capacity{VCPUs: goruntime.NumCPU()}
+	//confine:host the host's /proc
 	f, err := os.Open("/proc/meminfo")
 	if err != nil {
 		return c, fmt.Errorf("host memory: %w", err)
@@ -48,6 +49,7 @@ func HostCapacity(dir string) (Capacity, error) {
 		return c, fmt.Errorf("free disk of %s: %w", dir, err)
 	}
 	c.DiskMiB = int64(st.Bavail) * st.Bsize >> 20
+	//confine:host the host's /proc
 	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
 	if err != nil {
 		return c, fmt.Errorf("host pid limit: %w", err)

@@ -110,8 +110,8 @@ func New(cfg Config) (*Store, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	// Root's alone: template trees hold what images and build steps wrote.
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("template: create %s: %w", dir, err)
 	}
