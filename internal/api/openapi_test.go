@@ -329,9 +329,19 @@ var oaMethodPattern = regexp.MustCompile(`^(GET|HEAD|POST|PUT|PATCH|DELETE|OPTIO
 // first argument is a method-qualified pattern (such as the local `a` helper of routes()).
 func oaRegisteredRoutes(t *testing.T) []oaRoute {
 	t.Helper()
-	files, err := filepath.Glob("*.go")
+	return oaRegisteredRoutesIn(t, ".", oaCatchAll)
+}
+
+// oaRegisteredRoutesIn is oaRegisteredRoutes for the package in dir, whose method-less
+// catch-all patterns are catchAll.
+func oaRegisteredRoutesIn(t *testing.T, dir string, catchAll []string) []oaRoute {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no Go sources in %s", dir)
 	}
 	fset := token.NewFileSet()
 	var routes []oaRoute
@@ -364,7 +374,7 @@ func oaRegisteredRoutes(t *testing.T) []oaRoute {
 				routes = append(routes, oaRoute{m[1], m[2]})
 			case m != nil:
 				t.Errorf("%s: pattern %q has a host; this test does not know how to document it", fset.Position(lit.Pos()), pattern)
-			case muxCall && !slices.Contains(oaCatchAll, pattern):
+			case muxCall && !slices.Contains(catchAll, pattern):
 				t.Errorf("%s: pattern %q matches every method; give it a method, or list it in oaCatchAll if it is not API", fset.Position(lit.Pos()), pattern)
 			}
 			return true
