@@ -114,7 +114,7 @@ func (s *Server) handlePort(w http.ResponseWriter, r *http.Request, p auth.Princ
 		s.writeError(w, r, errdefs.InvalidArgument("port: not a number"))
 		return
 	}
-	t, err := s.sb.Port(p.Tenant, r.PathValue("id"), port)
+	t, err := s.sb.Port(p.Tenant, r.PathValue("id"), port, nil) // the API key authorised it: the tenant's own sandbox
 	if err != nil {
 		s.writeError(w, r, err)
 		return

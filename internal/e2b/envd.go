@@ -36,15 +36,18 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 }
 
 // port forwards a request for <port>-<id>.<domain> to that port of the sandbox; a sandbox with
-// a traffic token demands it in the e2b-traffic-access-token header.
+// a traffic token demands it in the e2b-traffic-access-token header, checked before the
+// sandbox is touched (a paused one is resumed only for a caller holding it).
 func (h *Handler) port(w http.ResponseWriter, r *http.Request, id string, port int) {
-	t, err := h.sb.Port("", id, port)
+	presented := r.Header.Get("e2b-traffic-access-token")
+	t, err := h.sb.Port("", id, port, func(token string) error {
+		if token != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(token)) != 1 {
+			return errdefs.New(errdefs.ErrPermissionDenied, "this sandbox's ports need its traffic access token (e2b-traffic-access-token)")
+		}
+		return nil
+	})
 	if err != nil {
 		h.writeError(w, err)
-		return
-	}
-	if t.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("e2b-traffic-access-token")), []byte(t.TrafficToken)) != 1 {
-		h.writeError(w, errdefs.New(errdefs.ErrPermissionDenied, "this sandbox's ports need its traffic access token (e2b-traffic-access-token)"))
 		return
 	}
 	Forward(w, r, t.URL, t.Transport, t.Life, h.log, "e2b-traffic-access-token")

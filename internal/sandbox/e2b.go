@@ -83,8 +83,11 @@ type PortTarget struct {
 }
 
 // Port finds a port of sandbox id for forwarding (resuming it if paused). With tenant set, the
-// sandbox must be that tenant's.
-func (m *Manager) Port(tenant, id string, port int) (PortTarget, error) {
+// sandbox must be that tenant's. authorize, if set, is called with the sandbox's traffic token
+// ("" if it has none) before anything touches the sandbox: an error from it is returned and a
+// paused sandbox stays paused (the unauthenticated host-name route must not resume a sandbox
+// for a caller without its token).
+func (m *Manager) Port(tenant, id string, port int, authorize func(trafficToken string) error) (PortTarget, error) {
 	if port < 1 || port > 65535 {
 		return PortTarget{}, errdefs.InvalidArgument(fmt.Sprintf("port %d: want 1..65535", port))
 	}
@@ -99,6 +102,11 @@ func (m *Manager) Port(tenant, id string, port int) (PortTarget, error) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if authorize != nil {
+		if err := authorize(b.spec.TrafficToken); err != nil {
+			return PortTarget{}, err
+		}
+	}
 	if State(b.rec.State) == StatePaused {
 		if err := m.resume(context.Background(), b); err != nil {
 			return PortTarget{}, err
