@@ -109,7 +109,8 @@ func commands() []command {
 		{"restore", "ID SNAPSHOT [PATH...]", "restore a sandbox, or only PATHs, to a snapshot", (*app).cmdRestore},
 		{"lineage", "ID", "show the tree of sandboxes and snapshots a sandbox belongs to", (*app).cmdLineage},
 		{"diff", "SNAPSHOT AGAINST", "list files added, modified or deleted from AGAINST to SNAPSHOT", (*app).cmdDiff},
-		{"key", "create TENANT", "create an API key for a tenant (admin)", (*app).cmdKey},
+		{"key", "create TENANT | ls | rm KEY_ID...", "create an API key for a tenant, list keys, or revoke keys at once (admin)", (*app).cmdKey},
+		{"keys", "ls | rm KEY_ID...", "the same as key", (*app).cmdKey},
 		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}
 }

@@ -116,6 +116,19 @@ func newFake(t *testing.T) *fakeSpaced {
 		json.NewDecoder(r.Body).Decode(&body)
 		writeJSON(w, 201, client.APIKey{ID: "key_2", Key: "sk_" + body.Tenant, Tenant: body.Tenant})
 	})
+	mux.HandleFunc("GET /v1/keys", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, map[string]any{"keys": []client.KeyInfo{
+			{ID: "key_1", Tenant: "default", Admin: true, CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)},
+			{ID: "key_2", Tenant: "acme", CreatedAt: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC)},
+		}})
+	})
+	mux.HandleFunc("DELETE /v1/keys/{id}", func(w http.ResponseWriter, r *http.Request) {
+		if r.PathValue("id") != "key_2" {
+			writeError(w, 404, "not_found", "key "+r.PathValue("id")+" not found")
+			return
+		}
+		w.WriteHeader(204)
+	})
 	f.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		f.mu.Lock()
 		f.requests = append(f.requests, r.Method+" "+r.URL.Path+qs(r.URL.RawQuery))
@@ -708,6 +721,17 @@ func TestKey(t *testing.T) {
 		t.Errorf("key create: exit %d, out %q", code, out)
 	}
 	jsonEqual(t, `{"tenant":"acme"}`, f.body("POST /v1/keys"))
+	code, out, _ = f.cli(t, nil, nil, "keys", "ls")
+	if code != 0 || !strings.Contains(out, "key_1") || !strings.Contains(out, "acme") || strings.Contains(out, "sk_") {
+		t.Errorf("keys ls: exit %d, out %q", code, out)
+	}
+	code, out, _ = f.cli(t, nil, nil, "keys", "rm", "key_2")
+	if code != 0 || out != "key_2\n" || f.lastRequest() != "DELETE /v1/keys/key_2" {
+		t.Errorf("keys rm: exit %d, out %q, request %q", code, out, f.lastRequest())
+	}
+	if code, _, errOut := f.cli(t, nil, nil, "keys", "rm", "key_9"); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Errorf("keys rm of an unknown key: exit %d, stderr %q", code, errOut)
+	}
 }
 
 func TestUsageErrors(t *testing.T) {
@@ -734,6 +758,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cp", "-", "sbx_a:/dir/"}, "needs a file name"},
 		{[]string{"shell"}, "shell needs a sandbox ID"},
 		{[]string{"key", "delete", "x"}, "space key create TENANT"},
+		{[]string{"keys", "rm"}, "space key create TENANT | ls | rm KEY_ID..."},
+		{[]string{"keys", "ls", "x"}, "space key create TENANT | ls | rm KEY_ID..."},
 		{[]string{"--url", "ftp://x", "ls"}, "scheme must be http"},
 	}
 	for _, tt := range tests {

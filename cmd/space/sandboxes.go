@@ -159,30 +159,6 @@ func (a *app) cmdRemove(args []string) error {
 	return nil
 }
 
-func (a *app) cmdKey(args []string) error {
-	fs := a.newFlagSet("key", "create TENANT")
-	pos, _, err := parseArgs(fs, args, -1)
-	if err != nil {
-		return err
-	}
-	if len(pos) != 2 || pos[0] != "create" {
-		return usagef("usage: space key create TENANT")
-	}
-	c, err := a.connect()
-	if err != nil {
-		return err
-	}
-	k, err := c.CreateKey(a.ctx, pos[1])
-	if err != nil {
-		return err
-	}
-	if a.global.json {
-		return a.printJSON(k)
-	}
-	fmt.Fprintln(a.stdout, k.Key)
-	return nil
-}
-
 // errMessage replaces an API error by its bare message, for prefixed reports.
 func errMessage(err error) error {
 	if e, ok := err.(*client.Error); ok {

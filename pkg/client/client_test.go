@@ -290,6 +290,18 @@ func TestRequests(t *testing.T) {
 			want:     recorded{Method: "POST", Path: "/prefix/v1/keys"},
 			wantBody: `{"tenant":"acme"}`, wantOut: &APIKey{ID: "key_1", Key: "sk_new", Tenant: "acme"},
 		},
+		{
+			name: "list keys", status: 200, respBody: `{"keys":[{"id":"key_1","tenant":"acme","admin":false,"created_at":"2026-01-02T03:04:05Z"}]}`,
+			call:    func(c *Client) (any, error) { return c.ListKeys(ctx) },
+			want:    recorded{Method: "GET", Path: "/prefix/v1/keys"},
+			wantOut: []KeyInfo{{ID: "key_1", Tenant: "acme", CreatedAt: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}},
+		},
+		{
+			name: "revoke key", status: 204,
+			call:    func(c *Client) (any, error) { return nil, c.RevokeKey(ctx, "key_1") },
+			want:    recorded{Method: "DELETE", Path: "/prefix/v1/keys/key_1"},
+			wantOut: nil,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"time"
 )
 
 // Events streams the server's events for the caller's tenant: sandbox.created, sandbox.deleted,
@@ -46,4 +48,29 @@ func (c *Client) CreateKey(ctx context.Context, tenant string) (*APIKey, error) 
 		return nil, err
 	}
 	return &k, nil
+}
+
+// KeyInfo describes a stored API key; the secret is never shown again after CreateKey.
+type KeyInfo struct {
+	ID        string    `json:"id"`
+	Tenant    string    `json:"tenant"`
+	Admin     bool      `json:"admin"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// ListKeys lists every API key, oldest first. Only an admin key may.
+func (c *Client) ListKeys(ctx context.Context) ([]KeyInfo, error) {
+	var out struct {
+		Keys []KeyInfo `json:"keys"`
+	}
+	if err := c.do(ctx, request{method: http.MethodGet, path: "/v1/keys"}, &out); err != nil {
+		return nil, err
+	}
+	return out.Keys, nil
+}
+
+// RevokeKey revokes a tenant's API key by ID: its next request fails and its open streams end.
+// Only an admin key may; admin keys are retired by changing SPACE_ADMIN_KEY instead.
+func (c *Client) RevokeKey(ctx context.Context, id string) error {
+	return c.do(ctx, request{method: http.MethodDelete, path: "/v1/keys/" + url.PathEscape(id)}, nil)
 }
