@@ -789,6 +789,26 @@ func (s *Store) WriteTo(w io.Writer, chunks []Chunk) (int64, error) {
 	return n, nil
 }
 
+// RootChunks returns the chunk hashes root name refers to.
+func (s *Store) RootChunks(name string) ([]string, error) {
+	if !nameRE.MatchString(name) {
+		return nil, errdefs.NotFound(fmt.Sprintf("root %q not found", name))
+	}
+	r, err := s.readRoot(name)
+	if err != nil {
+		return nil, err
+	}
+	return r.Chunks, nil
+}
+
+// StoredSize returns the bytes chunk h takes in the store (compressed), if it is stored.
+func (s *Store) StoredSize(h string) (int64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	l, ok := s.loc[h]
+	return l.clen, ok
+}
+
 // Stats counts what the store holds.
 func (s *Store) Stats() (Stats, error) {
 	roots, err := s.Roots()

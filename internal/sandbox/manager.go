@@ -98,6 +98,8 @@ type Manager struct {
 	pinned  map[string]int // shared layers being set up (see layers.go)
 	closing bool
 
+	tenantChunks tenantChunks // what each tenant's snapshots hold, for stored_bytes (stored.go)
+
 	layerMu sync.Mutex // serialises making and removing shared layers
 
 	refillc chan struct{}

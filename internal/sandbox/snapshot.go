@@ -183,7 +183,14 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
-	rec.StoredBytes = tx.Stored() + rootBytes
+	// New to this tenant's snapshots, not to the store: what other tenants hold is no business
+	// of this one (stored.go).
+	if rec.StoredBytes, err = m.storedForTenant(ctx, cs, b.rec.Tenant, rec.ID, rootBytes); err != nil {
+		if derr := cs.Delete(rec.ID); derr != nil {
+			m.log.Error("remove unrecorded snapshot", "id", rec.ID, "err", derr)
+		}
+		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
 	if err := m.cfg.Store.CreateSnapshot(ctx, rec); err != nil {
 		if derr := cs.Delete(rec.ID); derr != nil {
 			m.log.Error("remove unrecorded snapshot", "id", rec.ID, "err", derr)
@@ -418,6 +425,7 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error 
 	if _, err := m.snapshotOf(ctx, tenant, sid); err != nil {
 		return err
 	}
+	defer m.forgetTenantChunks(tenant)
 	// The record first: a crash in between leaves a root no record names, which Recover removes.
 	if err := m.cfg.Store.DeleteSnapshot(ctx, sid); err != nil {
 		return err
