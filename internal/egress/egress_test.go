@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 )
@@ -175,4 +176,101 @@ func FuzzParseRule(f *testing.F) {
 			t.Fatalf("%q → %q → %+v, %v", s, r.String(), again, err)
 		}
 	})
+}
+
+func TestDenyAddr(t *testing.T) {
+	p, err := NewPolicy("allow", nil, []string{"203.0.113.20/32", "198.51.100.0/24:443", "evil.test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		ip   string
+		port uint16
+		want bool
+	}{
+		{"203.0.113.20", 443, true}, {"203.0.113.20", 0, true}, {"::ffff:203.0.113.20", 80, true},
+		{"203.0.113.10", 443, false}, {"198.51.100.7", 443, true}, {"198.51.100.7", 80, false},
+		{"198.51.100.7", 0, false}, // a DNS answer: only port-less rules refuse it
+	} {
+		if got, why := p.DenyAddr(netip.MustParseAddr(tt.ip), tt.port); got != tt.want {
+			t.Errorf("DenyAddr(%s, %d) = %v (%s), want %v", tt.ip, tt.port, got, why, tt.want)
+		}
+	}
+}
+
+func TestAddressLiterals(t *testing.T) {
+	// An address with a trailing dot is an address, in SNI/Host and in rules alike.
+	for _, s := range []string{"203.0.113.20", "203.0.113.20.", "[::1]", "::1"} {
+		if n := hostName(s); n != "" {
+			t.Errorf("hostName(%q) = %q, want an address (\"\")", s, n)
+		}
+	}
+	if s := sniff([]byte("GET / HTTP/1.1\r\nHost: 203.0.113.20.:80\r\n\r\n")); s.kind != "http" || s.name != "" {
+		t.Errorf("Host with a trailing-dot address: %+v", s)
+	}
+	if s := sniff(clientHello(t, &tls.Config{ServerName: "203.0.113.20."})); s.name != "" {
+		t.Errorf("SNI with a trailing-dot address: %+v", s)
+	}
+	r, err := ParseRule("203.0.113.20.")
+	if err != nil || r.Host != "" || r.Prefix != netip.MustParsePrefix("203.0.113.20/32") {
+		t.Errorf("ParseRule of a trailing-dot address: %+v %v", r, err)
+	}
+	if splitHost("[::1]:80") != "[::1]" || splitHost("a.test:8080") != "a.test" || splitHost("a.test") != "a.test" {
+		t.Error("splitHost")
+	}
+}
+
+func TestSniffGreaseECH(t *testing.T) {
+	// GREASE ECH (RFC 9849 §6.2): an outer ECHClientHello with a random config_id, enc and
+	// payload — what Chromium sends to every server. It still names the host in the outer SNI.
+	body := []byte{0, 0, 1, 0, 1, 0x5a, 0, 32}
+	body = append(body, make([]byte, 32)...)
+	body = append(body, 0, 16)
+	body = append(body, make([]byte, 16)...)
+	s := sniff(withExtension(t, clientHello(t, &tls.Config{ServerName: "allowed.test"}), 0xfe0d, body))
+	if s.kind != "tls" || s.name != "allowed.test" || !s.ech {
+		t.Fatalf("GREASE ECH: %+v", s)
+	}
+}
+
+func TestLimiter(t *testing.T) {
+	l := newLimiter(Limits{MaxConns: 3, ConnRate: 1, ConnBurst: 5, DNSRate: 1, DNSBurst: 2})
+	var rel []func()
+	for i := range 3 {
+		r, why, _ := l.conn("a")
+		if r == nil {
+			t.Fatalf("connection %d refused: %s", i, why)
+		}
+		rel = append(rel, r)
+	}
+	if r, why, audit := l.conn("a"); r != nil || why == "" || !audit {
+		t.Fatalf("fourth open connection admitted (%q, audit %v)", why, audit)
+	}
+	if _, _, audit := l.conn("a"); audit {
+		t.Error("a second refusal within a second is audited again")
+	}
+	if r, _, _ := l.conn("b"); r == nil {
+		t.Fatal("another sandbox is limited by the first one's connections")
+	}
+	rel[0]()
+	rel[0]() // twice is once
+	if r, _, _ := l.conn("a"); r == nil {
+		t.Fatal("a released slot is not reusable")
+	}
+	rel[1]()
+	rel[2]()
+	// The burst of 5 is spent (4 admitted, one refused at the cap took none): one more, then the rate.
+	if r, _, _ := l.conn("a"); r == nil {
+		t.Fatal("burst not honoured")
+	}
+	if r, why, _ := l.conn("a"); r != nil || !strings.Contains(why, "per second") {
+		t.Fatalf("new connections above the rate admitted: %q", why)
+	}
+	if ok, _ := l.query("a"); !ok {
+		t.Fatal("first query refused")
+	}
+	l.query("a")
+	if ok, _ := l.query("a"); ok {
+		t.Fatal("queries above the burst admitted")
+	}
 }

@@ -1,6 +1,7 @@
 package egress
 
 import (
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/binary"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/netip"
 	"sync"
 	"syscall"
@@ -20,9 +22,12 @@ import (
 
 // Target is the sandbox a connection or query comes from, and its policy.
 type Target struct {
-	SandboxID   string
-	Policy      Policy
-	Inspect     bool         // intercept every TLS connection (the policy asks for inspection)
+	SandboxID string
+	Policy    Policy
+	// Passthrough names TLS hosts spliced end to end instead of intercepted (clients that pin
+	// certificates); their requests' Host is not checked against the SNI: "fronting not checked".
+	// Every other TLS connection is intercepted.
+	Passthrough []Rule
 	Credentials []Credential // headers set on requests to their hosts (intercepted)
 }
 
@@ -43,6 +48,8 @@ type Config struct {
 	// ExtraRoots are PEM certificates trusted for upstream hosts besides the system's
 	// (SPACE_EGRESS_CA).
 	ExtraRoots []byte
+	// Limits bound each sandbox's connections and queries; zero fields take DefaultLimits.
+	Limits Limits
 }
 
 // Gateway is the egress gateway of one spaced instance: a transparent TCP proxy and a DNS
@@ -58,6 +65,12 @@ type Gateway struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
+
+	lim     *limiter
+	conns   sync.Map     // *idleConn → struct{}: open sandbox connections, for the idle janitor
+	h1      *http.Server // relays intercepted and plain-HTTP connections
+	h1ln    *chanListener
+	h2conns sync.Map // *tls.Conn → *relayConn: HTTP/2 connections the server serves
 }
 
 // Start listens on free ports of all host addresses (nftables admits only sandbox traffic to
@@ -72,7 +85,7 @@ func Start(cfg Config) (*Gateway, error) {
 	if cfg.Blocked == nil {
 		cfg.Blocked = func() []netip.Prefix { return nil }
 	}
-	g := &Gateway{cfg: cfg, log: cfg.Logger, res: net.DefaultResolver}
+	g := &Gateway{cfg: cfg, log: cfg.Logger, res: net.DefaultResolver, lim: newLimiter(cfg.Limits)}
 	if cfg.Upstream != "" {
 		if _, err := netip.ParseAddrPort(cfg.Upstream); err != nil {
 			return nil, fmt.Errorf("egress: upstream resolver %q: want ip:port", cfg.Upstream)
@@ -95,7 +108,9 @@ func Start(cfg Config) (*Gateway, error) {
 	}
 	g.ctx, g.cancel = context.WithCancel(context.Background())
 	g.dns = &dns.Server{PacketConn: g.udp, Handler: dns.HandlerFunc(g.serveDNS)}
-	g.wg.Add(2)
+	g.startRelay()
+	g.wg.Add(3)
+	go g.janitor()
 	go func() {
 		defer g.wg.Done()
 		if err := g.dns.ActivateAndServe(); err != nil && g.ctx.Err() == nil {
@@ -118,6 +133,12 @@ func (g *Gateway) Close() error {
 	g.cancel()
 	g.tcp.Close()
 	g.dns.Shutdown()
+	g.h1ln.Close()
+	g.h1.Close()
+	g.conns.Range(func(k, _ any) bool {
+		k.(*idleConn).Close()
+		return true
+	})
 	g.wg.Wait()
 	return nil
 }
@@ -127,16 +148,51 @@ func (g *Gateway) acceptLoop() {
 	for {
 		c, err := g.tcp.Accept()
 		if err != nil {
-			if g.ctx.Err() == nil {
-				g.log.Error("egress proxy accept", "err", err)
+			if g.ctx.Err() != nil {
+				return
 			}
-			return
+			// Out of descriptors or another transient error: wait rather than spin.
+			g.log.Error("egress proxy accept", "err", err)
+			select {
+			case <-g.ctx.Done():
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		}
+		// The whole gateway's bound, checked before anything else holds the descriptor.
+		if g.lim.total.Add(1) > int64(g.lim.lim.MaxTotalConns) {
+			g.lim.total.Add(-1)
+			c.Close()
+			continue
 		}
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
+			defer g.lim.total.Add(-1)
 			g.serveConn(c)
 		}()
+	}
+}
+
+// janitor closes sandbox connections silent both ways for longer than the idle limit.
+func (g *Gateway) janitor() {
+	defer g.wg.Done()
+	idle := g.lim.lim.IdleTimeout
+	t := time.NewTicker(max(idle/4, 10*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-g.ctx.Done():
+			return
+		case now := <-t.C:
+			g.conns.Range(func(k, _ any) bool {
+				if c := k.(*idleConn); now.Sub(time.Unix(0, c.last.Load())) > idle {
+					c.Close()
+				}
+				return true
+			})
+		}
 	}
 }
 
@@ -151,20 +207,32 @@ func addrOf(a net.Addr) netip.AddrPort {
 }
 
 // serveConn handles one redirected TCP connection from a sandbox.
-func (g *Gateway) serveConn(c net.Conn) {
-	defer c.Close()
-	src := addrOf(c.RemoteAddr()).Addr().Unmap()
+func (g *Gateway) serveConn(raw net.Conn) {
+	defer raw.Close()
+	src := addrOf(raw.RemoteAddr()).Addr().Unmap()
 	tgt, ok := g.cfg.Lookup(src)
 	if !ok {
 		g.log.Warn("egress connection from an unknown source", "src", src)
 		return
 	}
-	dst, err := originalDst(c)
+	dst, err := originalDst(raw)
 	if err != nil {
 		g.log.Warn("egress: no original destination", "src", src, "err", err)
 		return
 	}
 	ev := Event{SandboxID: tgt.SandboxID, Port: int(dst.Port()), Proto: "tcp", IP: dst.Addr().String()}
+	release, why, audit := g.lim.conn(tgt.SandboxID)
+	if release == nil {
+		if audit {
+			ev.Decision, ev.Reason, ev.Time = "deny", why, time.Now().UTC()
+			g.cfg.Audit.Record(ev)
+		}
+		return
+	}
+	defer release()
+	c := newIdleConn(raw)
+	g.conns.Store(c, struct{}{})
+	defer g.conns.Delete(c)
 	deny := func(reason string, s sniffed) {
 		ev.Decision, ev.Reason, ev.Time = "deny", reason, time.Now().UTC()
 		g.cfg.Audit.Record(ev)
@@ -189,10 +257,6 @@ func (g *Gateway) serveConn(c net.Conn) {
 	}
 	c.SetReadDeadline(time.Time{})
 	ev.Host = s.name
-	if s.ech {
-		deny("TLS Encrypted Client Hello hides the destination", s)
-		return
-	}
 	hint := netip.Addr{}
 	if s.name == "" {
 		hint = dst.Addr() // nothing names a host: only address rules can allow it
@@ -202,11 +266,45 @@ func (g *Gateway) serveConn(c net.Conn) {
 		deny(reason, s)
 		return
 	}
-	ctx, cancel := context.WithTimeout(g.ctx, 10*time.Second)
+	ctx, cancel := context.WithCancel(g.ctx)
 	defer cancel()
+	pass, rule := false, ""
+	// TLS without a server name (or an address as one) was judged by its address: spliced there.
+	if s.kind == "tls" && s.name != "" {
+		if pass, rule = tgt.passthrough(s.name, dst.Port()); !pass {
+			if g.cfg.CA == nil {
+				deny("interception needs a CA and the gateway has none", s)
+				return
+			}
+		} else if s.ech {
+			// Spliced, an encrypted inner ClientHello would reach a server that can read it and
+			// name another host behind this one; intercepted, the gateway (which publishes no
+			// ECH config) answers the outer ClientHello and judges every request itself.
+			deny("TLS Encrypted Client Hello to a passthrough name hides the destination", s)
+			return
+		}
+	}
+	if s.kind == "http" {
+		// Every request is judged on its own Host and sent where that Host resolves.
+		ev.Decision, ev.Reason, ev.Time = "allow", reason, time.Now().UTC()
+		g.cfg.Audit.Record(ev)
+		rc := g.newRelay(src, dst, "", ev)
+		rc.seen[s.name] = true
+		g.relay(ctx, &prefixConn{Conn: c, r: io.MultiReader(bytes.NewReader(buf[:n]), c)}, rc)
+		return
+	}
+	if s.kind == "tls" && s.name != "" && !pass {
+		ev.Reason = reason
+		g.intercept(ctx, c, buf[:n], src, dst, s.name, ev)
+		return
+	}
+	// Spliced: a passthrough TLS name, or a connection that names no host (allowed by an address
+	// rule, and sent only to that address).
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
 	var ips []netip.Addr
 	if s.name != "" {
-		ips, err = g.res.LookupNetIP(ctx, "ip4", s.name)
+		ips, err = g.res.LookupNetIP(dctx, "ip4", s.name)
 		if err != nil {
 			deny("cannot resolve "+s.name+": "+err.Error(), s)
 			return
@@ -214,24 +312,16 @@ func (g *Gateway) serveConn(c net.Conn) {
 	} else {
 		ips = []netip.Addr{dst.Addr()}
 	}
-	ok4, why := g.usable(ips)
+	ok4, why := g.dialable(tgt, ips, dst.Port())
 	if len(ok4) == 0 {
 		deny(why, s)
-		return
-	}
-	if s.kind == "tls" && tgt.inspect(s.name, dst.Port()) {
-		if g.cfg.CA == nil {
-			deny("inspection asked for but the gateway has no CA", s)
-			return
-		}
-		g.intercept(ctx, c, buf[:n], s.name, ok4, dst.Port(), tgt, ev)
 		return
 	}
 	var up net.Conn
 	var d net.Dialer
 	for _, ip := range ok4 {
 		ev.IP = ip.String()
-		up, err = d.DialContext(ctx, "tcp4", netip.AddrPortFrom(ip, dst.Port()).String())
+		up, err = d.DialContext(dctx, "tcp4", netip.AddrPortFrom(ip, dst.Port()).String())
 		if err == nil {
 			break
 		}
@@ -241,6 +331,9 @@ func (g *Gateway) serveConn(c net.Conn) {
 		return
 	}
 	defer up.Close()
+	if pass {
+		reason = "passthrough (rule " + rule + "), fronting not checked: " + reason
+	}
 	ev.Decision, ev.Reason, ev.Time = "allow", reason, time.Now().UTC()
 	g.cfg.Audit.Record(ev)
 	if _, err := up.Write(buf[:n]); err != nil {
@@ -249,7 +342,7 @@ func (g *Gateway) serveConn(c net.Conn) {
 	splice(c, up)
 }
 
-// splice copies both ways until both directions end.
+// splice copies both ways until both directions end (or the idle janitor closes a).
 func splice(a, b net.Conn) {
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -309,6 +402,14 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, r *dns.Msg) {
 		m.Rcode = dns.RcodeRefused
 		return
 	}
+	if ok, audit := g.lim.query(tgt.SandboxID); !ok {
+		m.Rcode = dns.RcodeRefused
+		if audit {
+			g.cfg.Audit.Record(Event{SandboxID: tgt.SandboxID, Host: r.Question[0].Name, Port: 53, Proto: "dns",
+				Decision: "deny", Reason: "too many DNS queries per second", Time: time.Now().UTC()})
+		}
+		return
+	}
 	q := r.Question[0]
 	name := NormalizeName(q.Name)
 	ev := Event{SandboxID: tgt.SandboxID, Host: name, Port: 53, Proto: "dns"}
@@ -335,7 +436,7 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, r *dns.Msg) {
 		record("deny", "cannot resolve: "+err.Error())
 		return
 	}
-	usable, why := g.usable(ips)
+	usable, why := g.dialable(tgt, ips, 0)
 	if len(usable) == 0 {
 		m.Rcode = dns.RcodeNameError
 		record("deny", why)
@@ -349,6 +450,21 @@ func (g *Gateway) serveDNS(w dns.ResponseWriter, r *dns.Msg) {
 	}
 	ev.IP = usable[0].String()
 	record("allow", "resolved")
+}
+
+// dialable is usable less the addresses the sandbox's deny rules refuse at port (0: only
+// port-less rules, for DNS answers).
+func (g *Gateway) dialable(tgt Target, ips []netip.Addr, port uint16) ([]netip.Addr, string) {
+	ok, why := g.usable(ips)
+	out := ok[:0]
+	for _, ip := range ok {
+		if denied, r := tgt.Policy.DenyAddr(ip, port); denied {
+			why = r
+			continue
+		}
+		out = append(out, ip)
+	}
+	return out, why
 }
 
 // usable returns the addresses of ips the gateway may dial (unmapped), and why the last refused

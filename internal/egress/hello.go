@@ -14,8 +14,11 @@ import (
 type sniffed struct {
 	kind string // "tls", "http" or "" (neither)
 	name string // SNI or Host, normalized; "" if none
-	ech  bool   // the ClientHello offers Encrypted Client Hello (its real SNI is hidden)
-	need bool   // more bytes are needed to tell
+	// ech: the ClientHello carries an encrypted_client_hello extension. A real one and GREASE
+	// (random config, what Chromium sends) look alike on purpose; the gateway publishes no ECH
+	// config, so neither names a config it knows, and it handshakes with the outer ClientHello.
+	ech  bool
+	need bool // more bytes are needed to tell
 }
 
 const maxSniff = 16 << 10
@@ -46,20 +49,24 @@ func sniff(b []byte) sniffed {
 		if err != nil {
 			return sniffed{kind: "http"}
 		}
-		host := req.Host
-		if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
-			host = host[:i]
-		}
-		return sniffed{kind: "http", name: hostName(host)}
+		return sniffed{kind: "http", name: hostName(splitHost(req.Host))}
 	}
 	return sniffed{}
+}
+
+// splitHost drops the port of a Host header value ("[::1]:80", "a.test:8080", "a.test").
+func splitHost(h string) string {
+	if i := strings.LastIndexByte(h, ':'); i >= 0 && !strings.Contains(h[i:], "]") {
+		h = h[:i]
+	}
+	return h
 }
 
 // hostName normalizes a name from SNI or Host; an address literal names no host (the
 // connection is then judged by its destination address).
 func hostName(s string) string {
-	if _, err := netip.ParseAddr(strings.Trim(s, "[]")); err == nil {
-		return ""
+	if _, err := netip.ParseAddr(strings.TrimSuffix(strings.Trim(s, "[]"), ".")); err == nil {
+		return "" // "203.0.113.20." is an address too, not a name to resolve
 	}
 	return NormalizeName(s)
 }

@@ -100,6 +100,19 @@ func (r Rule) matches(host string, ip netip.Addr, port uint16) bool {
 	return host == r.Host
 }
 
+// ParseRules parses a list of rules (see ParseRule).
+func ParseRules(list []string) ([]Rule, error) {
+	var out []Rule
+	for _, s := range list {
+		r, err := ParseRule(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
 // Policy is one sandbox's egress policy.
 type Policy struct {
 	Default string // "allow" or "deny"
@@ -146,6 +159,22 @@ func (p Policy) Decide(host string, ip netip.Addr, port uint16) (bool, string) {
 		return true, "allowed by default"
 	}
 	return false, "not in the allow list (default deny)"
+}
+
+// DenyAddr says whether a deny rule by address refuses ip at port, and which: applied to the
+// addresses a named connection resolves to, so that a CIDR deny cannot be bypassed by naming
+// the host instead of its address. Port 0 (a DNS answer) is refused only by port-less rules.
+func (p Policy) DenyAddr(ip netip.Addr, port uint16) (bool, string) {
+	ip = ip.Unmap()
+	for _, r := range p.Deny {
+		if r.Host != "" || !r.Prefix.Contains(ip) {
+			continue
+		}
+		if r.Port == 0 || r.Port == port {
+			return true, "address " + ip.String() + " denied by rule " + r.String()
+		}
+	}
+	return false, ""
 }
 
 // MayResolve reports whether a name may be looked up at all: some port of it could be allowed.

@@ -32,7 +32,12 @@ func (m *Manager) target(id string, e Egress) (egress.Target, bool) {
 		m.log.Warn("egress policy does not parse; denying", "id", id, "err", err)
 		p = egress.Policy{Default: "deny"}
 	}
-	return egress.Target{SandboxID: id, Policy: p, Inspect: e.Inspect}, true
+	pass, err := egress.ParseRules(e.Passthrough)
+	if err != nil {
+		m.log.Warn("egress passthrough list does not parse; intercepting all", "id", id, "err", err)
+		pass = nil
+	}
+	return egress.Target{SandboxID: id, Policy: p, Passthrough: pass}, true
 }
 
 // UpdateNetwork replaces a sandbox's egress policy; new connections and queries follow it at once.

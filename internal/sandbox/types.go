@@ -26,8 +26,14 @@ type Egress struct {
 	Default string   `json:"default"`
 	Allow   []string `json:"allow"`
 	Deny    []string `json:"deny"`
-	// Inspect has the gateway terminate every TLS connection with the installation's CA (which
-	// every sandbox trusts) and check that each request's Host is the TLS server name.
+	// Passthrough lists TLS names (rules as in Allow) the gateway splices end to end instead of
+	// intercepting, for clients that pin certificates: their requests' Host is not checked
+	// against the SNI ("fronting not checked" in the egress log). Every other TLS connection is
+	// intercepted with the installation's CA (which every sandbox trusts), and each request's
+	// Host must be the TLS server name.
+	Passthrough []string `json:"passthrough,omitempty"`
+	// Inspect is accepted for compatibility: interception is the default now, and Inspect
+	// changes nothing.
 	Inspect bool `json:"inspect,omitempty"`
 }
 
@@ -142,13 +148,16 @@ func validateMap(field string, m map[string]string, keyRE *regexp.Regexp) error 
 
 // validateNetwork checks a network spec: the egress policy must parse.
 func validateNetwork(n Network) error {
-	for _, list := range [][]string{n.Egress.Allow, n.Egress.Deny} {
+	for _, list := range [][]string{n.Egress.Allow, n.Egress.Deny, n.Egress.Passthrough} {
 		if len(list) > 256 {
 			return errdefs.InvalidArgument("network.egress: at most 256 entries per list")
 		}
 	}
 	if _, err := egress.NewPolicy(n.Egress.Default, n.Egress.Allow, n.Egress.Deny); err != nil {
 		return errdefs.InvalidArgument("network.egress: " + err.Error())
+	}
+	if _, err := egress.ParseRules(n.Egress.Passthrough); err != nil {
+		return errdefs.InvalidArgument("network.egress.passthrough: " + err.Error())
 	}
 	if len(n.Credentials) > 16 {
 		return errdefs.InvalidArgument("network.credentials: at most 16")

@@ -5,9 +5,11 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
 	"io"
@@ -219,7 +221,12 @@ func (in *Internet) startServers() error {
 			if r.TLS != nil {
 				scheme = "https sni=" + r.TLS.ServerName
 			}
-			in.record("%s request at %s host=%s from %s path=%s auth=%s", scheme, ip, r.Host, r.RemoteAddr, r.URL.Path, r.Header.Get("Authorization"))
+			body, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20)) // a 100-continue waits for this read
+			in.record("%s request at %s host=%s from %s path=%s auth=%s proto=%s body=%d", scheme, ip, r.Host, r.RemoteAddr, r.URL.Path, r.Header.Get("Authorization"), r.Proto, body)
+			if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+				websocketEcho(w, r)
+				return
+			}
 			fmt.Fprintf(w, "internet:%s:%s\n", ip, r.Host)
 		})
 		plain, err := in.listen(in.InetNS, "tcp4", ip+":80")
@@ -271,6 +278,35 @@ func (in *Internet) startServers() error {
 		}
 	}()
 	return nil
+}
+
+// websocketEcho completes a WebSocket handshake (RFC 6455) and echoes raw bytes back until the
+// client closes: enough to see an upgrade go through the egress gateway both ways.
+func websocketEcho(w http.ResponseWriter, r *http.Request) {
+	h := sha1.Sum([]byte(r.Header.Get("Sec-WebSocket-Key") + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"))
+	hj, ok := w.(http.Hijacker)
+	if !ok {
+		http.Error(w, "no upgrade over this protocol", http.StatusBadRequest)
+		return
+	}
+	c, rw, err := hj.Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n", base64.StdEncoding.EncodeToString(h[:]))
+	rw.Flush()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	for {
+		n, err := rw.Read(buf)
+		if n > 0 {
+			c.Write(buf[:n])
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // HostListener listens on addr in spaced's namespace and logs connections: the host's own

@@ -57,8 +57,12 @@ type Egress struct {
 	Default string   `json:"default,omitempty"`
 	Allow   []string `json:"allow,omitempty"`
 	Deny    []string `json:"deny,omitempty"`
-	// Inspect has the gateway intercept TLS (with the installation CA every sandbox trusts) and
-	// refuse requests whose Host is not the TLS server name.
+	// Passthrough lists TLS names the gateway splices end to end instead of intercepting (for
+	// clients that pin certificates; "fronting not checked"). Every other TLS connection is
+	// intercepted with the installation CA every sandbox trusts, and a request whose Host is not
+	// the TLS server name is refused.
+	Passthrough []string `json:"passthrough,omitempty"`
+	// Inspect is accepted for compatibility; interception is the default.
 	Inspect bool `json:"inspect,omitempty"`
 }
 
