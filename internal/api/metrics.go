@@ -19,7 +19,28 @@ type metrics struct {
 
 func newMetrics() *metrics { return &metrics{requests: map[string]uint64{}} }
 
+// metricMethods are the methods /metrics names; any other (a client may send any token) is
+// counted as OTHER, so that label values stay bounded whoever calls.
+var metricMethods = map[string]bool{
+	http.MethodGet: true, http.MethodHead: true, http.MethodPost: true, http.MethodPut: true,
+	http.MethodPatch: true, http.MethodDelete: true, http.MethodOptions: true,
+	http.MethodConnect: true, http.MethodTrace: true,
+}
+
+// metricLabels bounds the labels of one request: a known method or OTHER, and a status that
+// is a valid HTTP status (a sandbox's server, reached through a port route, picks its own) or 0.
+func metricLabels(method string, status int) (string, int) {
+	if !metricMethods[method] {
+		method = "OTHER"
+	}
+	if status < 100 || status > 599 {
+		status = 0
+	}
+	return method, status
+}
+
 func (m *metrics) observe(method string, status int, d time.Duration) {
+	method, status = metricLabels(method, status)
 	m.mu.Lock()
 	m.requests[fmt.Sprintf("%s %d", method, status)]++
 	m.seconds += d.Seconds()
