@@ -622,3 +622,72 @@ func grepTree(t *testing.T, dir, s string) []string {
 	})
 	return hits
 }
+
+// TestEgressRedTeamProtocols: what clients do through the intercepting gateway works — HTTP/2
+// (and fronting over it is refused by :authority), Expect: 100-continue (the 100 comes before
+// the body is sent), and a WebSocket upgrade both ways.
+func TestEgressRedTeamProtocols(t *testing.T) {
+	in := newInternet(t)
+	d := startSpacedIn(t, in)
+	c := d.Client
+	sb := create(t, c, client.CreateSandboxRequest{Template: "base", Network: &client.NetworkSpec{Egress: &client.Egress{Default: "deny", Allow: []string{"allowed.test"}}}}).ID
+	h2 := run(t, c, sb, `curl -sS --http2 -w ' proto=%{http_version}' https://allowed.test/h2; echo; curl -sS --http2 -H 'Host: denied.test' -w ' code=%{http_code} proto=%{http_version}' https://allowed.test/h2front`)
+	t.Logf("curl: %q %q", h2.Stdout, h2.Stderr)
+	if !strings.Contains(h2.Stdout, "internet:"+inetAllowed+":allowed.test\n proto=2") || !in.Saw("sni=allowed.test", "path=/h2 ") {
+		t.Errorf("HTTP/2 through the gateway: %+v", h2)
+	}
+	if !strings.Contains(h2.Stdout, "code=421 proto=2") || in.Saw("path=/h2front") {
+		t.Errorf("HTTP/2 with another :authority was not refused: %+v", h2)
+	}
+	out := run(t, c, sb, `python3 - <<'EOF'
+import base64, hashlib, json, os, socket, ssl
+res = {}
+def conn():
+    return ssl.create_default_context().wrap_socket(socket.create_connection(('203.0.113.10', 443), timeout=5), server_hostname='allowed.test')
+def head(s):
+    data = b''
+    while b'\r\n\r\n' not in data:
+        b = s.recv(1)
+        if not b: break
+        data += b
+    return data.decode(errors='replace')
+def expect():
+    s = conn()
+    body = b'x' * 5000
+    s.sendall(b'POST /upload HTTP/1.1\r\nHost: allowed.test\r\nContent-Length: 5000\r\nExpect: 100-continue\r\n\r\n')
+    first = head(s)
+    if ' 100 ' not in first.split('\r\n')[0]: raise Exception('no 100 Continue before the body: %r' % first)
+    s.sendall(body)
+    final = head(s)
+    return first.split('\r\n')[0] + ' then ' + final.split('\r\n')[0]
+def websocket():
+    s = conn()
+    key = base64.b64encode(os.urandom(16)).decode()
+    s.sendall(('GET /ws HTTP/1.1\r\nHost: allowed.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: %s\r\nSec-WebSocket-Version: 13\r\n\r\n' % key).encode())
+    h = head(s)
+    want = base64.b64encode(hashlib.sha1((key + '258EAFA5-E914-47DA-95CA-C5AB0DC85B11').encode()).digest()).decode()
+    if ' 101 ' not in h.split('\r\n')[0] or want not in h: raise Exception('no upgrade: %r' % h)
+    s.sendall(b'ping-through-the-gateway')
+    got = b''
+    while len(got) < 24:
+        b = s.recv(100)
+        if not b: break
+        got += b
+    return '101 then echo ' + got.decode(errors='replace')
+for name, fn in [('expect', expect), ('websocket', websocket)]:
+    try: res[name] = 'ok ' + fn()
+    except Exception as e: res[name] = 'error ' + repr(e)[:300]
+print(json.dumps(res))
+EOF`)
+	var got map[string]string
+	if err := json.Unmarshal([]byte(out.Stdout), &got); err != nil {
+		t.Fatalf("client: %v: %+v", err, out)
+	}
+	t.Logf("%v", got)
+	if !strings.HasPrefix(got["expect"], "ok HTTP/1.1 100 Continue then HTTP/1.1 200") || !in.Saw("path=/upload", "body=5000") {
+		t.Errorf("Expect: 100-continue: %s", got["expect"])
+	}
+	if got["websocket"] != "ok 101 then echo ping-through-the-gateway" || !in.Saw("path=/ws") {
+		t.Errorf("WebSocket: %s", got["websocket"])
+	}
+}
