@@ -55,6 +55,8 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzApplyLayer$$' -fuzztime $(FUZZTIME) ./internal/image
 	$(GO) test -run '^$$' -fuzz '^FuzzMaterialize$$' -fuzztime $(FUZZTIME) ./internal/fstree
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' -fuzztime $(FUZZTIME) ./internal/api
+	$(GO) test -run '^$$' -fuzz '^FuzzSniff$$' -fuzztime $(FUZZTIME) ./internal/egress
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/egress
 
 test: deps-test build lint test-unit test-fuzz test-e2e
 

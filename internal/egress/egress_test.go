@@ -122,10 +122,27 @@ func FuzzSniff(f *testing.F) {
 	f.Add(clientHello(f, &tls.Config{ServerName: "a.example.com"}))
 	f.Add([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))
 	f.Add([]byte{0x16, 3, 1, 0, 5, 1, 0, 0, 1, 0})
+	f.Add([]byte("GET / HTTP/1.1\r\nHost: 203.0.113.20.:80\r\n\r\n"))
+	f.Add([]byte("POST /x HTTP/1.1\r\nHost: [::1]:8080\r\nExpect: 100-continue\r\n\r\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		s := sniff(b)
 		if s.name != "" && NormalizeName(s.name) != s.name {
 			t.Fatalf("name %q not normalized", s.name)
+		}
+		if s.name != "" && hostName(s.name) != s.name {
+			t.Fatalf("name %q is an address", s.name) // an address is never a name to resolve
+		}
+		if s.need && len(b) >= maxSniff {
+			t.Fatalf("asks for more than maxSniff bytes")
+		}
+		if s.kind == "" && s.name != "" {
+			t.Fatalf("a name without a protocol: %+v", s)
+		}
+		// More bytes never make a decided TLS sniff forget its name.
+		if s.kind == "tls" && !s.need && s.name != "" {
+			if again := sniff(append(append([]byte{}, b...), 0x17, 3, 3, 0, 1, 0)); again.name != s.name {
+				t.Fatalf("trailing record changed the name: %q → %q", s.name, again.name)
+			}
 		}
 	})
 }
