@@ -35,10 +35,32 @@ def one():
     s.close()
     if b'internet:203.0.113.10:allowed.test' not in body: raise Exception('wrong answer: %r' % body[:200])
     return time.perf_counter() - t0
+def keepalive(n):
+    # One connection, n requests one after another: what each request costs once connected.
+    raw = socket.create_connection(('203.0.113.10', 443), timeout=10)
+    raw.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    s = ctx.wrap_socket(raw, server_hostname='allowed.test')
+    f = s.makefile('rb')
+    ts = []
+    for i in range(n + 3):
+        t0 = time.perf_counter()
+        s.sendall(b'GET / HTTP/1.1\r\nHost: allowed.test\r\n\r\n')
+        length = 0
+        while True:
+            line = f.readline()
+            if line in (b'\r\n', b''): break
+            if line.lower().startswith(b'content-length:'): length = int(line.split(b':')[1])
+        body = f.read(length)
+        if b'internet:203.0.113.10:allowed.test' not in body: raise Exception('wrong answer: %r' % body[:200])
+        if i >= 3: ts.append(time.perf_counter() - t0)
+    ts.sort()
+    return ts[len(ts) // 2] * 1000
 if mode == 'latency':
     for _ in range(3): one()
     ts = sorted(one() for _ in range(n))
     print(json.dumps({'median_ms': ts[len(ts) // 2] * 1000}))
+elif mode == 'keepalive':
+    print(json.dumps({'median_ms': keepalive(n)}))
 else:
     count, stop, lock = [0], time.time() + n, threading.Lock()
     def worker():
@@ -50,14 +72,22 @@ else:
     print(json.dumps({'rps': count[0] / n}))
 `
 
-type egressFigures struct {
-	direct, through, inspected     float64 // median ms
-	directRPS, throughRPS, inspRPS float64
+// egressPath is one way to the server: its fresh-connection latency (median ms), requests per
+// second, and per-request latency on one kept-alive connection (median ms).
+type egressPath struct {
+	latency, rps, keepalive float64
 }
 
-// egressBench measures an allowed HTTPS request through the gateway (from a sandbox, without
-// and with interception) against the same request from the host, in a fake internet.
+type egressFigures struct {
+	direct, intercepted, passthrough egressPath
+	n                                int
+}
+
+// egressBench measures an allowed HTTPS request through the gateway from a sandbox (intercepted,
+// the default, and with the name under passthrough: spliced end to end) against the same
+// request from the host, in a fake internet, with the same client in the same run.
 func egressBench(ctx context.Context, bin string, n int, out io.Writer) (f egressFigures, err error) {
+	f.n = n
 	in, err := spacedtest.NewInternet()
 	if err != nil {
 		return f, err
@@ -92,36 +122,44 @@ func egressBench(ctx context.Context, bin string, n int, out io.Writer) (f egres
 		}
 		d.Stop()
 	}()
-	parse := func(s, key string) (float64, error) {
-		var m map[string]float64
-		if err := json.Unmarshal([]byte(strings.TrimSpace(s)), &m); err != nil {
-			return 0, fmt.Errorf("client output %q: %w", s, err)
+	modes := []struct{ mode, arg string }{{"latency", fmt.Sprint(n)}, {"rps", "5"}, {"keepalive", fmt.Sprint(10 * n)}}
+	measure := func(p *egressPath, run func(mode, arg string) (string, error)) error {
+		for _, m := range modes {
+			s, err := run(m.mode, m.arg)
+			if err != nil {
+				return fmt.Errorf("%s client: %v: %s", m.mode, err, s)
+			}
+			var v map[string]float64
+			if err := json.Unmarshal([]byte(strings.TrimSpace(s)), &v); err != nil {
+				return fmt.Errorf("client output %q: %w", s, err)
+			}
+			switch m.mode {
+			case "latency":
+				p.latency = v["median_ms"]
+			case "rps":
+				p.rps = v["rps"]
+			case "keepalive":
+				p.keepalive = v["median_ms"]
+			}
 		}
-		return m[key], nil
-	}
-	host := func(args ...string) (string, error) {
-		cmd := exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + spacedtest.NSPath(in.HostNS), "--", "python3", script}, args...)...)
-		b, err := cmd.CombinedOutput()
-		return string(b), err
+		return nil
 	}
 	fmt.Fprintln(out, "measuring egress: HTTPS from the host (same client) …")
-	s, err := host("latency", fmt.Sprint(n), caFile)
-	if err != nil {
-		return f, fmt.Errorf("host client: %v: %s", err, s)
-	}
-	if f.direct, err = parse(s, "median_ms"); err != nil {
+	if err := measure(&f.direct, func(mode, arg string) (string, error) {
+		cmd := exec.CommandContext(ctx, "nsenter", "--net="+spacedtest.NSPath(in.HostNS), "--", "python3", script, mode, arg, caFile)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}); err != nil {
 		return f, err
 	}
-	if s, err = host("rps", "5", caFile); err != nil {
-		return f, fmt.Errorf("host client: %v: %s", err, s)
-	}
-	if f.directRPS, err = parse(s, "rps"); err != nil {
-		return f, err
-	}
-	for _, inspect := range []bool{false, true} {
-		fmt.Fprintf(out, "measuring egress: HTTPS from a sandbox through the gateway (inspect=%v) …\n", inspect)
-		sb, err := d.Client.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "base", Network: &client.NetworkSpec{
-			Egress: &client.Egress{Default: "deny", Allow: []string{"allowed.test"}, Inspect: inspect}}})
+	for _, pass := range []bool{false, true} {
+		fmt.Fprintf(out, "measuring egress: HTTPS from a sandbox through the gateway (passthrough=%v) …\n", pass)
+		eg := &client.Egress{Default: "deny", Allow: []string{"allowed.test"}}
+		ca, p := "-", &f.intercepted // the gateway's certificate, trusted through the system bundle
+		if pass {
+			eg.Passthrough, ca, p = []string{"allowed.test"}, "/root/ca.pem", &f.passthrough // the real server's
+		}
+		sb, err := d.Client.CreateSandbox(ctx, client.CreateSandboxRequest{Template: "base", Network: &client.NetworkSpec{Egress: eg}})
 		if err != nil {
 			return f, err
 		}
@@ -130,35 +168,17 @@ func egressBench(ctx context.Context, bin string, n int, out io.Writer) (f egres
 				return f, err
 			}
 		}
-		ca := "/root/ca.pem"
-		if inspect {
-			ca = "-" // the gateway's certificate, trusted through the system bundle
-		}
-		var lat, rps float64
-		for _, mode := range []string{"latency", "rps"} {
-			arg := fmt.Sprint(n)
-			if mode == "rps" {
-				arg = "5"
-			}
+		if err := measure(p, func(mode, arg string) (string, error) {
 			res, err := d.Client.Exec(ctx, sb.ID, client.ExecRequest{Cmd: []string{"python3", "/root/client.py", mode, arg, ca}})
-			if err != nil || res.ExitCode != 0 {
-				return f, fmt.Errorf("sandbox client: %v %+v", err, res)
-			}
-			key := map[string]string{"latency": "median_ms", "rps": "rps"}[mode]
-			v, err := parse(res.Stdout, key)
 			if err != nil {
-				return f, err
+				return "", err
 			}
-			if mode == "latency" {
-				lat = v
-			} else {
-				rps = v
+			if res.ExitCode != 0 {
+				return res.Stdout + res.Stderr, fmt.Errorf("exit %d", res.ExitCode)
 			}
-		}
-		if inspect {
-			f.inspected, f.inspRPS = lat, rps
-		} else {
-			f.through, f.throughRPS = lat, rps
+			return res.Stdout, nil
+		}); err != nil {
+			return f, err
 		}
 		if err := d.Client.DeleteSandbox(ctx, sb.ID); err != nil {
 			return f, err

@@ -3,7 +3,9 @@ package egress
 import (
 	"crypto/tls"
 	"net"
+	"net/http/httptest"
 	"net/netip"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,5 +291,71 @@ func TestLimiter(t *testing.T) {
 	l.query("a")
 	if ok, _ := l.query("a"); ok {
 		t.Fatal("queries above the burst admitted")
+	}
+}
+
+// testRelay is a relay of a sandbox connection at 10.0.0.2 to dst whose policy is p, with
+// allowed.test already resolved to 203.0.113.10 (judge does not resolve it again).
+func testRelay(t testing.TB, p Policy, sni string, dst netip.AddrPort) (*relayConn, *Audit) {
+	audit := NewAudit()
+	g := &Gateway{cfg: Config{Audit: audit, Blocked: func() []netip.Prefix { return nil },
+		Lookup: func(netip.Addr) (Target, bool) { return Target{SandboxID: "sb", Policy: p}, true }}}
+	rc := g.newRelay(netip.MustParseAddr("10.0.0.2"), dst, sni, Event{SandboxID: "sb"})
+	rc.routes[net.JoinHostPort("allowed.test", strconv.Itoa(int(dst.Port())))] = []netip.Addr{netip.MustParseAddr("203.0.113.10")}
+	return rc, audit
+}
+
+func TestJudge(t *testing.T) {
+	p, err := NewPolicy("deny", []string{"allowed.test", "203.0.113.0/24:80"}, []string{"203.0.113.66/32"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsDst, plainDst := netip.MustParseAddrPort("203.0.113.10:443"), netip.MustParseAddrPort("203.0.113.10:80")
+	for _, tt := range []struct {
+		sni, host string
+		dst       netip.AddrPort
+		code      int
+		addr      string
+	}{
+		{"allowed.test", "allowed.test", tlsDst, 0, "allowed.test:443"},
+		{"allowed.test", "Allowed.Test.:443", tlsDst, 0, "allowed.test:443"},
+		{"allowed.test", "denied.test", tlsDst, 421, ""},  // fronting: another Host behind the SNI
+		{"allowed.test", "203.0.113.10", tlsDst, 421, ""}, // an address is not the SNI either
+		{"allowed.test", "", tlsDst, 421, ""},
+		{"", "allowed.test", plainDst, 0, "allowed.test:80"},
+		{"", "denied.test", plainDst, 403, ""},
+		{"", "203.0.113.10", plainDst, 0, "203.0.113.10:80"},  // judged by the address, sent there
+		{"", "203.0.113.66.", plainDst, 0, "203.0.113.10:80"}, // only a header: sent where addressed
+	} {
+		rc, audit := testRelay(t, p, tt.sni, tt.dst)
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Host = tt.host
+		ri, code, why := rc.judge(r)
+		if code != tt.code || ri.addr != tt.addr {
+			t.Errorf("sni %q Host %q: %d %q (%s), want %d %q", tt.sni, tt.host, code, ri.addr, why, tt.code, tt.addr)
+		}
+		if ev := audit.Events("sb"); len(ev) != 1 || (ev[0].Decision == "deny") != (tt.code != 0) {
+			t.Errorf("sni %q Host %q: audit %+v", tt.sni, tt.host, ev)
+		}
+	}
+	// A denied address stays denied when named: 203.0.113.66 is what deny66.test resolves to.
+	rc, _ := testRelay(t, p, "", plainDst)
+	if ips, why := rc.g.dialable(Target{Policy: p}, []netip.Addr{netip.MustParseAddr("203.0.113.66")}, 80); len(ips) != 0 || !strings.Contains(why, "denied by rule") {
+		t.Errorf("dialable of a denied address: %v %q", ips, why)
+	}
+}
+
+// BenchmarkJudge is the cost of the checks every request pays on a kept-alive intercepted
+// connection (the sandbox's policy looked up again, Host against SNI, the policy, the cached
+// route, the credentials), without the relaying itself.
+func BenchmarkJudge(b *testing.B) {
+	p, _ := NewPolicy("deny", []string{"pypi.org", "*.pythonhosted.org", "allowed.test", "github.com", "*.githubusercontent.com"}, []string{"203.0.113.66/32"})
+	rc, _ := testRelay(b, p, "allowed.test", netip.MustParseAddrPort("203.0.113.10:443"))
+	r := httptest.NewRequest("GET", "/", nil)
+	r.Host = "allowed.test"
+	for b.Loop() {
+		if _, code, _ := rc.judge(r); code != 0 {
+			b.Fatal(code)
+		}
 	}
 }

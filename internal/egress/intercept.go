@@ -167,23 +167,31 @@ func refuse(w http.ResponseWriter, r *http.Request, code int, reason string) {
 	fmt.Fprintf(w, "refused by the egress gateway: %s\n", reason)
 }
 
-// ServeHTTP judges one request by its own Host (:authority in HTTP/2) against the sandbox's
+// ServeHTTP relays one request the gateway allows (judge), and refuses the others.
+func (rc *relayConn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	ri, code, reason := rc.judge(r)
+	if code != 0 {
+		refuse(w, r, code, reason)
+		return
+	}
+	rc.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, ri)))
+}
+
+// judge decides one request by its own Host (:authority in HTTP/2) against the sandbox's
 // policy as it is now: for TLS the Host must be the connection's server name (421 otherwise:
 // domain fronting), and a plain-HTTP request goes to the host it names, never to the address
-// the sandbox chose. Deny rules by address apply to what the name resolves to.
-func (rc *relayConn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+// the sandbox chose; deny rules by address apply to what the name resolves to. It returns where
+// to send the request, or the status and reason of a refusal (recorded in the audit log).
+func (rc *relayConn) judge(r *http.Request) (reqInfo, int, string) {
 	tgt, ok := rc.g.cfg.Lookup(rc.src)
 	if !ok {
-		refuse(w, r, http.StatusForbidden, "unknown sandbox")
-		return
+		return reqInfo{}, http.StatusForbidden, "unknown sandbox"
 	}
 	name := hostName(splitHost(r.Host))
 	port := rc.dst.Port()
 	if rc.sni != "" && name != rc.sni {
-		reason := fmt.Sprintf("Host %q does not match the TLS server name %q (domain fronting)", r.Host, rc.sni)
-		rc.record("deny", reason, rc.sni)
-		refuse(w, r, http.StatusMisdirectedRequest, "Host does not match the TLS server name")
-		return
+		rc.record("deny", fmt.Sprintf("Host %q does not match the TLS server name %q (domain fronting)", r.Host, rc.sni), rc.sni)
+		return reqInfo{}, http.StatusMisdirectedRequest, "Host does not match the TLS server name"
 	}
 	hint := netip.Addr{}
 	if name == "" {
@@ -192,27 +200,25 @@ func (rc *relayConn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	allow, reason := tgt.Policy.Decide(name, hint, port)
 	if !allow {
 		rc.record("deny", reason, name)
-		refuse(w, r, http.StatusForbidden, reason)
-		return
+		return reqInfo{}, http.StatusForbidden, reason
 	}
 	addr, why := rc.route(r.Context(), tgt, name, port)
 	if addr == "" {
 		rc.record("deny", why, name)
-		refuse(w, r, http.StatusForbidden, why)
-		return
+		return reqInfo{}, http.StatusForbidden, why
 	}
 	rc.mu.Lock()
 	first := !rc.seen[name]
 	rc.seen[name] = true
 	rc.mu.Unlock()
-	if first && (rc.sni == "" || name != rc.sni) { // a TLS connection's allow is recorded at its handshake
-		rc.record("allow", reason, name)
+	if first {
+		rc.record("allow", reason, name) // once per host and connection, not per request
 	}
 	ri := reqInfo{addr: addr}
 	if rc.sni != "" {
 		ri.creds = tgt.credentialsFor(name, port) // TLS only, after the upstream verified for name
 	}
-	rc.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), reqKey{}, ri)))
+	return ri, 0, ""
 }
 
 // route resolves the request's host once per connection and returns the transport's dial key,
