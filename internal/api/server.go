@@ -28,7 +28,7 @@ type Config struct {
 	// SpoolDir holds the output of commands answered as one JSON object while they run
 	// (spaced: $SPACE_HOME/spool; default the system's temporary directory). SpoolBytes bounds
 	// what all of it may hold at once (default 1 GiB), SpoolPerOutput one stream of one command
-	// (default 64 MiB).
+	// (default 256 MiB).
 	SpoolDir       string
 	SpoolBytes     int64
 	SpoolPerOutput int64
@@ -62,7 +62,7 @@ func New(cfg Config) *Server {
 		cfg.SpoolBytes = 1 << 30
 	}
 	if cfg.SpoolPerOutput == 0 {
-		cfg.SpoolPerOutput = 64 << 20
+		cfg.SpoolPerOutput = 256 << 20
 	}
 	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
 		spool: newSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolPerOutput), mux: http.NewServeMux()}
