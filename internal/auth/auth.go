@@ -39,8 +39,9 @@ type Keys struct {
 	st  store.Store
 	now func() time.Time
 
-	mu   sync.Mutex
-	live map[string]map[*boundRequest]struct{} // key ID → requests running under it
+	mu      sync.Mutex
+	live    map[string]map[*boundRequest]struct{} // key ID → requests running under it
+	revoked map[string]bool                       // key IDs revoked since start (IDs never come back)
 }
 
 type boundRequest struct{ cancel context.CancelCauseFunc }
@@ -50,7 +51,7 @@ var ErrRevoked = errdefs.New(errdefs.ErrUnauthenticated, "API key revoked")
 
 // New returns Keys over st.
 func New(st store.Store) *Keys {
-	return &Keys{st: st, now: time.Now, live: map[string]map[*boundRequest]struct{}{}}
+	return &Keys{st: st, now: time.Now, live: map[string]map[*boundRequest]struct{}{}, revoked: map[string]bool{}}
 }
 
 // Bind returns a context derived from ctx that is cancelled (cause ErrRevoked) when key keyID
@@ -59,6 +60,11 @@ func (k *Keys) Bind(ctx context.Context, keyID string) (context.Context, func())
 	ctx, cancel := context.WithCancelCause(ctx)
 	br := &boundRequest{cancel: cancel}
 	k.mu.Lock()
+	if k.revoked[keyID] { // revoked between the request's Authenticate and now
+		k.mu.Unlock()
+		cancel(ErrRevoked)
+		return ctx, func() {}
+	}
 	set := k.live[keyID]
 	if set == nil {
 		set = map[*boundRequest]struct{}{}
@@ -69,7 +75,7 @@ func (k *Keys) Bind(ctx context.Context, keyID string) (context.Context, func())
 	return ctx, func() {
 		k.mu.Lock()
 		delete(set, br)
-		if len(set) == 0 && k.live[keyID] != nil && len(k.live[keyID]) == 0 { // the last one under this key
+		if len(set) == 0 && len(k.live[keyID]) == 0 { // the last one under this key
 			delete(k.live, keyID)
 		}
 		k.mu.Unlock()
@@ -93,6 +99,7 @@ func (k *Keys) Revoke(ctx context.Context, id string) error {
 	k.mu.Lock()
 	set := k.live[id]
 	delete(k.live, id)
+	k.revoked[id] = true
 	k.mu.Unlock()
 	for br := range set {
 		br.cancel(ErrRevoked)

@@ -135,6 +135,12 @@ func TestRevokeEndsKeyAndBoundRequests(t *testing.T) {
 	if _, err := k.Authenticate(ctx, other); err != nil {
 		t.Fatalf("the other key of the tenant: %v", err)
 	}
+	// A request that authenticated just before the revocation and binds just after ends too.
+	if late, done := k.Bind(ctx, id); !errors.Is(context.Cause(late), auth.ErrRevoked) {
+		t.Fatalf("a request bound after revocation: cause %v, want ErrRevoked", context.Cause(late))
+	} else {
+		done()
+	}
 	if err := k.Revoke(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("revoking twice = %v, want not found", err)
 	}
