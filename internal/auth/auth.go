@@ -176,11 +176,21 @@ func (k *Keys) EnsureAdmin(ctx context.Context, home, key string) (string, error
 		if err != nil {
 			return "", err
 		}
+		retired := map[string]bool{}
 		for _, old := range keys {
 			if old.Admin && old.Hash != Hash(key) {
 				if err := k.Revoke(ctx, old.ID); err != nil {
 					return "", fmt.Errorf("retire old admin key %s: %w", old.ID, err)
 				}
+				retired[old.Hash] = true
+			}
+		}
+		// A generated admin.key holding a retired key would only mislead the CLI (which reads
+		// it when SPACE_API_KEY is unset): remove it. Any other content is left alone.
+		path := filepath.Join(home, "admin.key")
+		if b, err := os.ReadFile(path); err == nil && retired[Hash(strings.TrimSpace(string(b)))] {
+			if err := os.Remove(path); err != nil {
+				return "", fmt.Errorf("remove retired admin key file: %w", err)
 			}
 		}
 		return "", nil

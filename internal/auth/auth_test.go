@@ -172,6 +172,19 @@ func TestChangedAdminKeyRetiresTheOld(t *testing.T) {
 		if _, err := k.Authenticate(ctx, step.retired); !errors.Is(err, errdefs.ErrUnauthenticated) {
 			t.Fatalf("old admin key still authenticates after rotation to %s: %v", step.key, err)
 		}
+		if _, err := os.Stat(filepath.Join(dir, "admin.key")); !os.IsNotExist(err) {
+			t.Fatalf("admin.key holding the retired key is still there: %v", err)
+		}
+	}
+	// A file that holds no retired key is not ours to remove.
+	if err := os.WriteFile(filepath.Join(dir, "admin.key"), []byte("something else\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.EnsureAdmin(ctx, dir, "e2b_second"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "admin.key")); err != nil {
+		t.Fatalf("an unrelated admin.key went: %v", err)
 	}
 	if p, err := k.Authenticate(ctx, tenant); err != nil || p.Tenant != "team-a" {
 		t.Fatalf("rotation touched a tenant key: %+v %v", p, err)
