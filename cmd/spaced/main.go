@@ -145,6 +145,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	var mgrRef atomic.Pointer[sandbox.Manager]
 	gw, err := egress.Start(egress.Config{
 		Upstream: cfg.EgressDNS, Audit: audit, Logger: log.With("component", "egress"), CA: ca, ExtraRoots: extraRoots,
+		Limits: egressLimits(cfg),
 		Lookup: func(ip netip.Addr) (egress.Target, bool) {
 			if m := mgrRef.Load(); m != nil {
 				return m.EgressTarget(ip)
@@ -259,4 +260,19 @@ func hostPrefixes(slots netip.Prefix) []netip.Prefix {
 		}
 	}
 	return out
+}
+
+// egressLimits are the gateway's limits from the configuration; all sandboxes together may hold
+// connections for at most a quarter of spaced's descriptors (each costs two).
+func egressLimits(cfg config.Config) egress.Limits {
+	l := egress.Limits{
+		MaxConns: cfg.EgressMaxConns, ConnRate: float64(cfg.EgressConnRate), ConnBurst: 2 * cfg.EgressConnRate,
+		DNSRate: float64(cfg.EgressDNSRate), DNSBurst: 2 * cfg.EgressDNSRate, IdleTimeout: cfg.EgressIdle,
+		MaxTotalConns: egress.DefaultLimits.MaxTotalConns,
+	}
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur/4 < uint64(l.MaxTotalConns) {
+		l.MaxTotalConns = max(int(rl.Cur/4), 64)
+	}
+	return l
 }

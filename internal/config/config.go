@@ -19,27 +19,32 @@ import (
 
 // Config is spaced's configuration.
 type Config struct {
-	Home          string        // SPACE_HOME: state directory
-	Listen        string        // SPACE_LISTEN: API address
-	AdminKey      string        // SPACE_ADMIN_KEY: admin API key to install at start (optional)
-	EgressDNS     string        // SPACE_EGRESS_DNS: upstream resolver ip:port for the egress gateway
-	EgressCA      string        // SPACE_EGRESS_CA: extra PEM roots for the gateway
-	Domain        string        // SPACE_DOMAIN: E2B sandbox domain (envd at 49983-<id>.<domain>)
-	DefaultEgress string        // SPACE_DEFAULT_EGRESS: deny|allow
-	Instance      string        // SPACE_INSTANCE: 4 hex chars naming this instance's host objects; default from Home
-	SlotCIDR      netip.Prefix  // SPACE_SLOT_CIDR: range network slots are carved from
-	SlotPool      int           // SPACE_SLOT_POOL: slots kept ready
-	Runsc         string        // SPACE_RUNSC: runsc binary
-	Agent         string        // SPACE_AGENT: space-agent binary
-	Busybox       string        // SPACE_BUSYBOX: static busybox for the minimal template
-	TemplatesDir  string        // SPACE_TEMPLATES_DIR: where templates live; default $SPACE_HOME/templates
-	DefaultTTL    time.Duration // default sandbox timeout
-	MaxTTL        time.Duration // largest timeout a client may ask for
-	MaxSandboxes  int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
-	WarmPool      int           // SPACE_WARM_POOL: default-shape sandboxes started ahead of demand
-	ExecSpoolMiB  int64         // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
-	LogLevel      string        // SPACE_LOG_LEVEL: debug|info|warn|error
-	Debug         bool          // SPACE_DEBUG: runsc debug logs
+	Home      string // SPACE_HOME: state directory
+	Listen    string // SPACE_LISTEN: API address
+	AdminKey  string // SPACE_ADMIN_KEY: admin API key to install at start (optional)
+	EgressDNS string // SPACE_EGRESS_DNS: upstream resolver ip:port for the egress gateway
+	EgressCA  string // SPACE_EGRESS_CA: extra PEM roots for the gateway
+	// The egress gateway's per-sandbox limits (bursts are twice the rates).
+	EgressMaxConns int           // SPACE_EGRESS_MAX_CONNS: connections open at once
+	EgressConnRate int           // SPACE_EGRESS_CONN_RATE: new connections per second
+	EgressDNSRate  int           // SPACE_EGRESS_DNS_RATE: DNS queries per second
+	EgressIdle     time.Duration // SPACE_EGRESS_IDLE: a connection silent both ways this long is closed
+	Domain         string        // SPACE_DOMAIN: E2B sandbox domain (envd at 49983-<id>.<domain>)
+	DefaultEgress  string        // SPACE_DEFAULT_EGRESS: deny|allow
+	Instance       string        // SPACE_INSTANCE: 4 hex chars naming this instance's host objects; default from Home
+	SlotCIDR       netip.Prefix  // SPACE_SLOT_CIDR: range network slots are carved from
+	SlotPool       int           // SPACE_SLOT_POOL: slots kept ready
+	Runsc          string        // SPACE_RUNSC: runsc binary
+	Agent          string        // SPACE_AGENT: space-agent binary
+	Busybox        string        // SPACE_BUSYBOX: static busybox for the minimal template
+	TemplatesDir   string        // SPACE_TEMPLATES_DIR: where templates live; default $SPACE_HOME/templates
+	DefaultTTL     time.Duration // default sandbox timeout
+	MaxTTL         time.Duration // largest timeout a client may ask for
+	MaxSandboxes   int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
+	WarmPool       int           // SPACE_WARM_POOL: default-shape sandboxes started ahead of demand
+	ExecSpoolMiB   int64         // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
+	LogLevel       string        // SPACE_LOG_LEVEL: debug|info|warn|error
+	Debug          bool          // SPACE_DEBUG: runsc debug logs
 }
 
 var instanceRE = regexp.MustCompile(`^[0-9a-f]{4}$`)
@@ -64,6 +69,11 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.StringVar(&c.AdminKey, "admin-key", env("SPACE_ADMIN_KEY", ""), "admin API key (SPACE_ADMIN_KEY)")
 	fs.StringVar(&c.EgressDNS, "egress-dns", env("SPACE_EGRESS_DNS", ""), "upstream resolver ip:port (SPACE_EGRESS_DNS)")
 	fs.StringVar(&c.EgressCA, "egress-ca", env("SPACE_EGRESS_CA", ""), "extra PEM roots for the gateway (SPACE_EGRESS_CA)")
+	fs.IntVar(&c.EgressMaxConns, "egress-max-conns", atoiDefault(env("SPACE_EGRESS_MAX_CONNS", ""), 256), "egress connections a sandbox may hold open (SPACE_EGRESS_MAX_CONNS)")
+	fs.IntVar(&c.EgressConnRate, "egress-conn-rate", atoiDefault(env("SPACE_EGRESS_CONN_RATE", ""), 100), "new egress connections per second per sandbox, bursts of twice that (SPACE_EGRESS_CONN_RATE)")
+	fs.IntVar(&c.EgressDNSRate, "egress-dns-rate", atoiDefault(env("SPACE_EGRESS_DNS_RATE", ""), 50), "DNS queries per second per sandbox, bursts of twice that (SPACE_EGRESS_DNS_RATE)")
+	idle, idleErr := time.ParseDuration(env("SPACE_EGRESS_IDLE", "5m"))
+	fs.DurationVar(&c.EgressIdle, "egress-idle", idle, "egress connections silent both ways this long are closed (SPACE_EGRESS_IDLE)")
 	fs.StringVar(&c.Domain, "domain", env("SPACE_DOMAIN", ""), "E2B sandbox domain: envd of sandbox <id> at 49983-<id>.<domain> (SPACE_DOMAIN)")
 	fs.StringVar(&c.DefaultEgress, "default-egress", env("SPACE_DEFAULT_EGRESS", "deny"), "deny|allow (SPACE_DEFAULT_EGRESS)")
 	fs.StringVar(&c.Instance, "instance", env("SPACE_INSTANCE", ""), "4-hex instance id (SPACE_INSTANCE); default derived from the home")
@@ -85,6 +95,9 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	}
 	if fs.NArg() > 0 {
 		return Config{}, fmt.Errorf("unexpected arguments: %q", fs.Args())
+	}
+	if idleErr != nil {
+		return Config{}, fmt.Errorf("SPACE_EGRESS_IDLE: %w", idleErr)
 	}
 	p, err := netip.ParsePrefix(cidr)
 	if err != nil {
@@ -122,6 +135,12 @@ func (c Config) Validate() error {
 		if _, err := netip.ParseAddrPort(c.EgressDNS); err != nil {
 			errs = append(errs, fmt.Errorf("egress dns %q: want ip:port: %w", c.EgressDNS, err))
 		}
+	}
+	if c.EgressMaxConns < 1 || c.EgressMaxConns > 65536 || c.EgressConnRate < 1 || c.EgressConnRate > 100000 || c.EgressDNSRate < 1 || c.EgressDNSRate > 100000 {
+		errs = append(errs, fmt.Errorf("egress limits (max conns %d, conn rate %d, dns rate %d): want 1..65536, 1..100000, 1..100000", c.EgressMaxConns, c.EgressConnRate, c.EgressDNSRate))
+	}
+	if c.EgressIdle < time.Second {
+		errs = append(errs, fmt.Errorf("egress idle %s: want at least 1s", c.EgressIdle))
 	}
 	if !instanceRE.MatchString(c.Instance) {
 		errs = append(errs, fmt.Errorf("instance %q: want 4 lowercase hex characters", c.Instance))

@@ -3,6 +3,7 @@ package config
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoad(t *testing.T) {
@@ -38,6 +39,13 @@ func TestLoad(t *testing.T) {
 		{name: "bad listen", env: map[string]string{"SPACE_LISTEN": "nope"}, wantErr: "listen"},
 		{name: "bad egress", env: map[string]string{"SPACE_DEFAULT_EGRESS": "maybe"}, wantErr: "default egress"},
 		{name: "bad dns", env: map[string]string{"SPACE_EGRESS_DNS": "8.8.8.8"}, wantErr: "egress dns"},
+		{name: "egress limits", env: map[string]string{"SPACE_EGRESS_MAX_CONNS": "32", "SPACE_EGRESS_IDLE": "90s"}, check: func(t *testing.T, c Config) {
+			if c.EgressMaxConns != 32 || c.EgressIdle != 90*time.Second || c.EgressConnRate != 100 || c.EgressDNSRate != 50 {
+				t.Errorf("egress limits: %d %s %d %d", c.EgressMaxConns, c.EgressIdle, c.EgressConnRate, c.EgressDNSRate)
+			}
+		}},
+		{name: "bad egress idle", env: map[string]string{"SPACE_EGRESS_IDLE": "soon"}, wantErr: "SPACE_EGRESS_IDLE"},
+		{name: "zero egress conns", env: map[string]string{"SPACE_EGRESS_MAX_CONNS": "-1"}, wantErr: "egress limits"},
 		{name: "bad instance", env: map[string]string{"SPACE_INSTANCE": "XYZ"}, wantErr: "instance"},
 		{name: "bad cidr", env: map[string]string{"SPACE_SLOT_CIDR": "10.0.0.0/30"}, wantErr: "slot cidr"},
 		{name: "extra args", args: []string{"x"}, wantErr: "unexpected"},

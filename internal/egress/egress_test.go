@@ -1,8 +1,10 @@
 package egress
 
 import (
+	"context"
 	"crypto/tls"
 	"net"
+	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strconv"
@@ -338,8 +340,12 @@ func TestJudge(t *testing.T) {
 			t.Errorf("sni %q Host %q: audit %+v", tt.sni, tt.host, ev)
 		}
 	}
-	// A denied address stays denied when named: 203.0.113.66 is what deny66.test resolves to.
 	rc, _ := testRelay(t, p, "", plainDst)
+	r := httptest.NewRequest("CONNECT", "allowed.test:443", nil)
+	if _, code, _ := rc.judge(r); code != http.StatusMethodNotAllowed {
+		t.Errorf("CONNECT through an allowed host: %d", code)
+	}
+	// A denied address stays denied when named: 203.0.113.66 is what deny66.test resolves to.
 	if ips, why := rc.g.dialable(Target{Policy: p}, []netip.Addr{netip.MustParseAddr("203.0.113.66")}, 80); len(ips) != 0 || !strings.Contains(why, "denied by rule") {
 		t.Errorf("dialable of a denied address: %v %q", ips, why)
 	}
@@ -359,3 +365,62 @@ func BenchmarkJudge(b *testing.B) {
 		}
 	}
 }
+
+func TestPassthrough(t *testing.T) {
+	rules, err := ParseRules([]string{"*.pinned.test", "app.test:8443"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cred := Credential{Name: "k", Hosts: []Rule{{Host: "api.pinned.test"}}, Header: "Authorization", Value: "v"}
+	tgt := Target{Passthrough: rules, Credentials: []Credential{cred}}
+	for _, tt := range []struct {
+		name string
+		port uint16
+		want bool
+	}{
+		{"cdn.pinned.test", 443, true}, {"app.test", 8443, true}, {"app.test", 443, false},
+		{"pinned.test", 443, false}, {"", 443, false},
+		{"api.pinned.test", 443, false}, // a credential applies: intercepted to inject it
+	} {
+		if got, _ := tgt.passthrough(tt.name, tt.port); got != tt.want {
+			t.Errorf("passthrough(%q, %d) = %v, want %v", tt.name, tt.port, got, tt.want)
+		}
+	}
+	if _, err := ParseRules([]string{"ok.test", "not a name"}); err == nil {
+		t.Error("a bad passthrough entry parsed")
+	}
+}
+
+func TestIdleJanitor(t *testing.T) {
+	g := &Gateway{lim: newLimiter(Limits{IdleTimeout: 250 * time.Millisecond})}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	a, b := net.Pipe()
+	defer b.Close()
+	quiet, busy := newIdleConn(a), newIdleConn(&fakeConn{})
+	g.conns.Store(quiet, struct{}{})
+	g.conns.Store(busy, struct{}{})
+	g.wg.Add(1)
+	go g.janitor()
+	stop := time.Now().Add(time.Second)
+	for time.Now().Before(stop) {
+		busy.Write([]byte("x")) // activity keeps it open
+		time.Sleep(5 * time.Millisecond)
+	}
+	g.cancel()
+	g.wg.Wait()
+	if _, err := b.Write([]byte("x")); err == nil {
+		t.Error("a connection silent past the idle limit is still open")
+	}
+	if busy.Conn.(*fakeConn).closed {
+		t.Error("a busy connection was closed as idle")
+	}
+}
+
+// fakeConn is a connection that accepts writes and records Close.
+type fakeConn struct {
+	net.Conn
+	closed bool
+}
+
+func (c *fakeConn) Write(b []byte) (int, error) { return len(b), nil }
+func (c *fakeConn) Close() error                { c.closed = true; return nil }

@@ -160,19 +160,52 @@ func (g *Gateway) acceptLoop() {
 			}
 			continue
 		}
-		// The whole gateway's bound, checked before anything else holds the descriptor.
-		if g.lim.total.Add(1) > int64(g.lim.lim.MaxTotalConns) {
-			g.lim.total.Add(-1)
+		// The limits are checked here, before a goroutine holds the descriptor, so that a flood
+		// of connections costs spaced no more descriptors than the limits allow.
+		tgt, release, ok := g.admit(c)
+		if !ok {
 			c.Close()
 			continue
 		}
 		g.wg.Add(1)
 		go func() {
 			defer g.wg.Done()
-			defer g.lim.total.Add(-1)
-			g.serveConn(c)
+			defer release()
+			g.serveConn(c, tgt)
 		}()
 	}
+}
+
+// admit finds the sandbox a new connection comes from and counts it against the limits; release
+// gives its place back.
+func (g *Gateway) admit(c net.Conn) (Target, func(), bool) {
+	if g.lim.total.Add(1) > int64(g.lim.lim.MaxTotalConns) {
+		g.lim.total.Add(-1)
+		return Target{}, nil, false
+	}
+	src := addrOf(c.RemoteAddr()).Addr().Unmap()
+	tgt, ok := g.cfg.Lookup(src)
+	if !ok {
+		g.lim.total.Add(-1)
+		g.log.Warn("egress connection from an unknown source", "src", src)
+		return Target{}, nil, false
+	}
+	release, why, audit := g.lim.conn(tgt.SandboxID)
+	if release == nil {
+		g.lim.total.Add(-1)
+		if audit {
+			ev := Event{SandboxID: tgt.SandboxID, Proto: "tcp", Decision: "deny", Reason: why, Time: time.Now().UTC()}
+			if dst, err := originalDst(c); err == nil {
+				ev.IP, ev.Port = dst.Addr().String(), int(dst.Port())
+			}
+			g.cfg.Audit.Record(ev)
+		}
+		return Target{}, nil, false
+	}
+	return tgt, func() {
+		release()
+		g.lim.total.Add(-1)
+	}, true
 }
 
 // janitor closes sandbox connections silent both ways for longer than the idle limit.
@@ -206,30 +239,16 @@ func addrOf(a net.Addr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-// serveConn handles one redirected TCP connection from a sandbox.
-func (g *Gateway) serveConn(raw net.Conn) {
+// serveConn handles one redirected TCP connection from sandbox tgt (admitted).
+func (g *Gateway) serveConn(raw net.Conn, tgt Target) {
 	defer raw.Close()
 	src := addrOf(raw.RemoteAddr()).Addr().Unmap()
-	tgt, ok := g.cfg.Lookup(src)
-	if !ok {
-		g.log.Warn("egress connection from an unknown source", "src", src)
-		return
-	}
 	dst, err := originalDst(raw)
 	if err != nil {
 		g.log.Warn("egress: no original destination", "src", src, "err", err)
 		return
 	}
 	ev := Event{SandboxID: tgt.SandboxID, Port: int(dst.Port()), Proto: "tcp", IP: dst.Addr().String()}
-	release, why, audit := g.lim.conn(tgt.SandboxID)
-	if release == nil {
-		if audit {
-			ev.Decision, ev.Reason, ev.Time = "deny", why, time.Now().UTC()
-			g.cfg.Audit.Record(ev)
-		}
-		return
-	}
-	defer release()
 	c := newIdleConn(raw)
 	g.conns.Store(c, struct{}{})
 	defer g.conns.Delete(c)

@@ -189,6 +189,12 @@ func (rc *relayConn) judge(r *http.Request) (reqInfo, int, string) {
 	}
 	name := hostName(splitHost(r.Host))
 	port := rc.dst.Port()
+	if r.Method == http.MethodConnect {
+		// A tunnel through an allowed host's server would carry anything; the gateway is no
+		// forward proxy either.
+		rc.record("deny", "CONNECT is not relayed", name)
+		return reqInfo{}, http.StatusMethodNotAllowed, "CONNECT is not relayed"
+	}
 	if rc.sni != "" && name != rc.sni {
 		rc.record("deny", fmt.Sprintf("Host %q does not match the TLS server name %q (domain fronting)", r.Host, rc.sni), rc.sni)
 		return reqInfo{}, http.StatusMisdirectedRequest, "Host does not match the TLS server name"
