@@ -302,6 +302,21 @@ func (rt *redTeam) networkGroup(t *testing.T) {
 		}
 		return nil
 	})
+	// spaced counts methods outside the standard ones as OTHER (bounded labels); nobody but the
+	// attacker and this control sends such methods, so the OTHER count is the evidence.
+	others := func() int {
+		n := 0
+		for line := range strings.Lines(metrics()) {
+			if strings.HasPrefix(line, "space_http_requests_total{") && strings.Contains(line, `method="OTHER"`) {
+				var v int
+				if _, err := fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v); err == nil {
+					n += v
+				}
+			}
+		}
+		return n
+	}
+	othersBefore := others()
 	if req, _ := http.NewRequest("RTCONTROL", d.URL+"/healthz", nil); req != nil {
 		if resp, err := hc.Do(req); err == nil {
 			resp.Body.Close()
@@ -311,7 +326,7 @@ func (rt *redTeam) networkGroup(t *testing.T) {
 	if !in.Saw("host port " + loopPort) {
 		t.Fatalf("control: the loopback listener did not record the test's own connection: %v", in.Seen())
 	}
-	if !strings.Contains(metrics(), `method="RTCONTROL"`) {
+	if others() <= othersBefore {
 		t.Fatal("control: spaced's request metrics do not show the test's own request")
 	}
 
@@ -352,6 +367,7 @@ func (rt *redTeam) networkGroup(t *testing.T) {
 		{"other-sandbox-agent-files-without-token", `wget -q -T 3 -O - "http://` + victimIP + `:49983/files?path=/root/victim.canary&username=root"`, "", ""},
 	}
 	for _, a := range attempts {
+		served := others()
 		res, err := sh(c, attacker, "( "+a.cmd+" ) 2>/dev/null; true", 30*time.Second)
 		time.Sleep(300 * time.Millisecond)
 		var ev []string
@@ -367,7 +383,7 @@ func (rt *redTeam) networkGroup(t *testing.T) {
 				}
 			}
 		}
-		if a.method != "" && strings.Contains(metrics(), `method="`+a.method+`"`) {
+		if a.method != "" && others() > served {
 			ev = append(ev, "spaced served the sandbox's "+a.method+" request")
 		}
 		if a.name == "other-sandbox-port" {
