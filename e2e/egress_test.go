@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -452,8 +453,13 @@ print(urllib.request.urlopen('https://allowed.test/passthrough', timeout=4, cont
 	if !audited {
 		t.Errorf("passthrough not audited as such: %+v", events)
 	}
-	if _, err := c.UpdateNetwork(ctx, sb.ID, client.Egress{Default: "deny", Allow: []string{"allowed.test"}, Passthrough: []string{"not a name!"}}); err == nil {
-		t.Error("a malformed passthrough list was accepted")
+	_, err = c.UpdateNetwork(ctx, sb.ID, client.Egress{Default: "deny", Allow: []string{"allowed.test"}, Passthrough: []string{"not a name!"}})
+	var apiErr *client.Error
+	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Message, "passthrough") {
+		t.Errorf("a malformed passthrough list: %v, want 400 naming passthrough", err)
+	}
+	if now, err := c.GetSandbox(ctx, sb.ID); err != nil || now.Network == nil || now.Network.Egress == nil || len(now.Network.Egress.Passthrough) != 1 || now.Network.Egress.Passthrough[0] != "allowed.test" {
+		t.Errorf("the refused change changed the policy: %+v %v", now, err)
 	}
 	c.DeleteSandbox(ctx, sb.ID)
 }
