@@ -48,7 +48,8 @@ test-e2e: build
 	SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v ./e2e 2>&1 | tee /tmp/space-e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
 
 # The parsers of hostile input, fuzzed for a bounded time each (not only their seeds): the
-# confined path resolver, the image layer tar reader, tree write-back, the API's decoders.
+# confined path resolver, the image layer tar reader, tree write-back, the API's decoders, the
+# egress gateway's ClientHello/HTTP sniffer and its policy-rule parser.
 FUZZTIME ?= 10s
 test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZTIME) ./internal/confine
