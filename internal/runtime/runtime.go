@@ -122,6 +122,13 @@ type LayerCapturer interface {
 	Freeze(ctx context.Context, id string, fn func(dir string) error) error
 }
 
+// Thawer is the optional ability to let a sandbox go on that a Freeze or a checkpoint left
+// stopped (StatePaused) because the caller died before it could: after a crash of spaced in the
+// middle of a file snapshot, a fork or a full snapshot, the sandbox is intact, only frozen.
+type Thawer interface {
+	Thaw(ctx context.Context, id string) error
+}
+
 // Usage is what a sandbox uses now.
 type Usage struct {
 	CPUSeconds  float64 // CPU time used since it started

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -62,7 +63,30 @@ func (m *Manager) Recover(ctx context.Context) error {
 		}
 	}
 	m.gcLayers(ctx)
+	m.sweepScratch()
 	return nil
+}
+
+// sweepScratch removes what interrupted forks, restores and full snapshots left in the scratch
+// directories: nothing uses them before serving starts.
+func (m *Manager) sweepScratch() {
+	if m.cfg.StateDir == "" {
+		return
+	}
+	for _, sub := range []string{"forks", "work"} {
+		dir := filepath.Join(m.cfg.StateDir, sub)
+		//confine:host spaced's own scratch directory (its entries are removed, not read)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			m.log.Info("removing scratch an interrupted operation left", "path", filepath.Join(dir, e.Name()))
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				m.log.Error("remove scratch", "path", filepath.Join(dir, e.Name()), "err", err)
+			}
+		}
+	}
 }
 
 // adopt takes over one recorded sandbox.
@@ -100,6 +124,18 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		return
 	}
 	st, err := drv.State(ctx, b.rec.ID)
+	if err == nil && st == runtime.StatePaused && b.slot != nil {
+		// A crash in the middle of a file snapshot, a fork or a full snapshot left the runtime
+		// frozen: the sandbox is intact, so it goes on (never torn down for it).
+		if th, ok := drv.(runtime.Thawer); ok {
+			if terr := th.Thaw(ctx, b.rec.ID); terr != nil {
+				m.log.Error("thaw a sandbox left frozen", "id", b.rec.ID, "err", terr)
+			} else {
+				m.log.Info("resumed a sandbox an interrupted operation left frozen", "id", b.rec.ID)
+				st = runtime.StateRunning
+			}
+		}
+	}
 	if err == nil && st == runtime.StateRunning && b.slot != nil {
 		m.setClient(b)
 		if state != StateRunning {

@@ -46,3 +46,18 @@ func (d *Driver) Freeze(ctx context.Context, id string, fn func(dir string) erro
 	}()
 	return fn(d.upperDir(id))
 }
+
+// Thaw implements runtime.Thawer with `runsc resume` for a sandbox runsc reports paused.
+func (d *Driver) Thaw(ctx context.Context, id string) error {
+	st, err := d.State(ctx, id)
+	if err != nil {
+		return err
+	}
+	if st != runtime.StatePaused {
+		return fmt.Errorf("gvisor: thaw %s: sandbox is %s: %w", id, st, errdefs.ErrFailedPrecondition)
+	}
+	if _, err := d.runsc(ctx, id, "resume", id); err != nil {
+		return fmt.Errorf("gvisor: thaw %s: %w", id, err)
+	}
+	return nil
+}

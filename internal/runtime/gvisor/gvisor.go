@@ -87,6 +87,7 @@ var (
 	_ runtime.Driver        = (*Driver)(nil)
 	_ runtime.LayerExporter = (*Driver)(nil)
 	_ runtime.Checkpointer  = (*Driver)(nil)
+	_ runtime.Thawer        = (*Driver)(nil)
 )
 
 // validID matches the IDs the driver accepts: they name directories, cgroups and runsc
