@@ -51,13 +51,16 @@ test-e2e: build
 # confined path resolver, the image layer tar reader, tree write-back, the API's decoders, the
 # egress gateway's ClientHello/HTTP sniffer and its policy-rule parser.
 FUZZTIME ?= 10s
+# Minimising a new input may take up to a minute by default: past the fuzz time that fails the run
+# ("context deadline exceeded") and stalls the fuzzer meanwhile.
+FUZZFLAGS = -fuzztime $(FUZZTIME) -fuzzminimizetime 1s
 test-fuzz:
-	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' -fuzztime $(FUZZTIME) ./internal/confine
-	$(GO) test -run '^$$' -fuzz '^FuzzApplyLayer$$' -fuzztime $(FUZZTIME) ./internal/image
-	$(GO) test -run '^$$' -fuzz '^FuzzMaterialize$$' -fuzztime $(FUZZTIME) ./internal/fstree
-	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' -fuzztime $(FUZZTIME) ./internal/api
-	$(GO) test -run '^$$' -fuzz '^FuzzSniff$$' -fuzztime $(FUZZTIME) ./internal/egress
-	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' -fuzztime $(FUZZTIME) ./internal/egress
+	$(GO) test -run '^$$' -fuzz '^FuzzResolve$$' $(FUZZFLAGS) ./internal/confine
+	$(GO) test -run '^$$' -fuzz '^FuzzApplyLayer$$' $(FUZZFLAGS) ./internal/image
+	$(GO) test -run '^$$' -fuzz '^FuzzMaterialize$$' $(FUZZFLAGS) ./internal/fstree
+	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' $(FUZZFLAGS) ./internal/api
+	$(GO) test -run '^$$' -fuzz '^FuzzSniff$$' $(FUZZFLAGS) ./internal/egress
+	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' $(FUZZFLAGS) ./internal/egress
 
 test: deps-test build lint test-unit test-fuzz test-e2e
 
