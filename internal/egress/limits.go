@@ -31,28 +31,21 @@ var DefaultLimits = Limits{
 
 func (l Limits) withDefaults() Limits {
 	d := DefaultLimits
-	if l.MaxConns > 0 {
-		d.MaxConns = l.MaxConns
-	}
-	if l.ConnRate > 0 {
-		d.ConnRate = l.ConnRate
-	}
-	if l.ConnBurst > 0 {
-		d.ConnBurst = l.ConnBurst
-	}
-	if l.DNSRate > 0 {
-		d.DNSRate = l.DNSRate
-	}
-	if l.DNSBurst > 0 {
-		d.DNSBurst = l.DNSBurst
-	}
-	if l.IdleTimeout > 0 {
-		d.IdleTimeout = l.IdleTimeout
-	}
-	if l.MaxTotalConns > 0 {
-		d.MaxTotalConns = l.MaxTotalConns
-	}
+	set(&d.MaxConns, l.MaxConns)
+	set(&d.ConnRate, l.ConnRate)
+	set(&d.ConnBurst, l.ConnBurst)
+	set(&d.DNSRate, l.DNSRate)
+	set(&d.DNSBurst, l.DNSBurst)
+	set(&d.IdleTimeout, l.IdleTimeout)
+	set(&d.MaxTotalConns, l.MaxTotalConns)
 	return d
+}
+
+// set replaces *dst by v when v is set (positive).
+func set[T int | float64 | time.Duration](dst *T, v T) {
+	if v > 0 {
+		*dst = v
+	}
 }
 
 // bucket is a token bucket: rate tokens a second, up to burst.
