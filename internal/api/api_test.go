@@ -123,7 +123,7 @@ func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(), pool: newLoopPool(), imageDir: t.TempDir()}
+	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(t.TempDir()), pool: newLoopPool(), imageDir: t.TempDir()}
 	e.newMgr = func() *sandbox.Manager {
 		cfg := sandbox.Config{
 			Store: st, Drivers: map[string]runtime.Driver{"fake": e.drv}, DefaultRuntime: "fake",
