@@ -40,7 +40,7 @@ func startSpaced(t *testing.T, env ...string) *spacedtest.Daemon {
 	home := t.TempDir()
 	// Built-in templates come from a cache shared by every test daemon (base takes minutes to
 	// build); each daemon's own built templates stay in its home.
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates}, env...)
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates()}, env...)
 	d, err := spacedtest.Start(context.Background(), spacedtest.Options{Bin: bin, Home: home, Env: env})
 	if err != nil {
 		t.Fatal(err)
