@@ -128,6 +128,10 @@ func (h *Handler) authed(f func(http.ResponseWriter, *http.Request, auth.Princip
 			h.writeError(w, err)
 			return
 		}
+		if err := pathIDError(r); err != nil {
+			h.writeError(w, err)
+			return
+		}
 		ctx, done := h.cfg.Keys.Bind(r.Context(), p.KeyID)
 		defer done()
 		f(w, r.WithContext(ctx), p)
