@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"sort"
 	"sync"
@@ -29,6 +30,9 @@ type Driver struct {
 	Unavailable error
 	// Delay, if set, is how long Create takes.
 	Delay time.Duration
+	// Agent, if set, is served in the agent's place, given the real agent's handler: what a
+	// sandbox that replaced its agent with a server of its own answers.
+	Agent func(agent http.Handler) http.Handler
 }
 
 type instance struct {
@@ -82,7 +86,13 @@ func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
 	inst := &instance{srv: srv, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(inst.done)
-		_ = srv.Serve(sctx, ln)
+		if d.Agent == nil {
+			_ = srv.Serve(sctx, ln)
+			return
+		}
+		hs := &http.Server{Handler: d.Agent(srv.Handler())}
+		context.AfterFunc(sctx, func() { hs.Close() })
+		_ = hs.Serve(ln)
 	}()
 	d.boxes[spec.ID] = inst
 	return nil
