@@ -595,7 +595,7 @@ func TestBadInput(t *testing.T) {
 	_, err = c.CreateSandbox(ctx, client.CreateSandboxRequest{Resources: &client.Resources{MemoryMiB: 1}})
 	check("tiny memory", err, 400)
 	_, err = c.GetSandbox(ctx, "../../etc")
-	check("bad id", err, 400)
+	check("malformed id", err, 404) // IDs are opaque: one that cannot name anything names nothing
 	_, err = c.Exec(ctx, id, client.ExecRequest{})
 	check("empty exec", err, 400)
 	_, err = c.Upload(ctx, id, "relative/path", strings.NewReader("x"), nil)

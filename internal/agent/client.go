@@ -211,6 +211,18 @@ func rpcError(err error) error {
 	if !errors.As(err, &ce) {
 		return fmt.Errorf("agent: %w", err)
 	}
+	if !connect.IsWireError(err) {
+		switch ce.Code() {
+		case connect.CodeCanceled, connect.CodeDeadlineExceeded, connect.CodeUnavailable:
+			// ctx ended, or the agent could not be reached: classified below as ever
+		default:
+			// Made by this client, not sent by the agent: its answer could not be read (a
+			// string that is not UTF-8, a message past messageMax, bytes that are not a
+			// message). The agent is what failed, as a gateway's upstream: 502, never the
+			// client's fault (invalid_argument) or spaced's own (internal).
+			return &classified{class: errdefs.ErrUpstream, msg: "the sandbox's agent sent an answer spaced cannot read: " + ce.Message(), cause: err}
+		}
+	}
 	var cls error
 	switch ce.Code() {
 	case connect.CodeNotFound:

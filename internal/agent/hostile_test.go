@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/space-sandbox/space/internal/agent"
 	fspb "github.com/space-sandbox/space/internal/agentpb/filesystem"
 	"github.com/space-sandbox/space/internal/agentpb/filesystem/filesystemconnect"
+	"github.com/space-sandbox/space/internal/errdefs"
 )
 
 // hugeLister is a server a sandbox could run in the agent's place: it answers a listing with a
@@ -40,5 +42,8 @@ func TestHostileAgentAnswerIsBounded(t *testing.T) {
 	entries, err := c.ListDir(t.Context(), "/", 1)
 	if err == nil {
 		t.Fatalf("a 40 MiB answer was taken whole (%d entries)", len(entries))
+	}
+	if !errors.Is(err, errdefs.ErrUpstream) {
+		t.Fatalf("a 40 MiB answer: %v, want ErrUpstream (the agent failed, not the caller)", err)
 	}
 }

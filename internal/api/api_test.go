@@ -561,7 +561,10 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"bad memory", "POST", "/v1/sandboxes", `{"resources":{"memory_mib":1}}`, 400, "invalid_argument"},
 		{"too few pids", "POST", "/v1/sandboxes", `{"resources":{"pids":4}}`, 400, "invalid_argument"},
 		{"too many pids", "POST", "/v1/sandboxes", `{"resources":{"pids":1000000}}`, 400, "invalid_argument"},
-		{"bad id", "GET", "/v1/sandboxes/not-an-id", "", 400, "invalid_argument"},
+		{"malformed id", "GET", "/v1/sandboxes/not-an-id", "", 404, "not_found"}, // IDs are opaque: TestMalformedIDsAre404
+		{"malformed from_snapshot", "POST", "/v1/sandboxes", `{"from_snapshot":"not-an-id"}`, 404, "not_found"},
+		{"malformed restore snapshot_id", "POST", "/v1/sandboxes/" + id + "/restore", `{"snapshot_id":"not-an-id"}`, 404, "not_found"},
+		{"malformed diff against", "GET", "/v1/snapshots/snp_aaaaaaaaaaaaaaaaaaaa/diff?against=x%00y", "", 404, "not_found"},
 		{"unknown id", "GET", "/v1/sandboxes/sbx_aaaaaaaaaaaaaaaaaaaa", "", 404, "not_found"},
 		{"bad state filter", "GET", "/v1/sandboxes?state=sleepy", "", 400, "invalid_argument"},
 		{"unknown query", "GET", "/v1/sandboxes?colour=red", "", 400, "invalid_argument"},

@@ -14,14 +14,15 @@ import (
 	"unicode/utf8"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jsondepth"
 )
 
 // maxJSONBody bounds JSON request bodies.
 const maxJSONBody = 1 << 20
 
-// maxJSONDepth bounds how deeply a JSON body may nest arrays and objects. The deepest request
-// the API defines nests 4 levels; a body that nests more is refused before it is decoded.
-const maxJSONDepth = 32
+// maxJSONDepth bounds how deeply a JSON body may nest arrays and objects; a body that nests
+// more is refused before it is decoded.
+const maxJSONDepth = jsondepth.Max
 
 // decodeJSON reads one JSON object from r into v: unknown fields, wrong types, trailing data,
 // nesting deeper than maxJSONDepth and bodies over maxJSONBody are errors of class invalid
@@ -82,7 +83,7 @@ func decodeJSONFrom(body io.Reader, v any) error {
 	if err != nil {
 		return errdefs.InvalidArgument("read body: " + err.Error())
 	}
-	if d := jsonDepth(buf); d > maxJSONDepth {
+	if d := jsondepth.Of(buf); d > maxJSONDepth {
 		return errdefs.InvalidArgument(fmt.Sprintf("invalid JSON body: nested more than %d deep", maxJSONDepth))
 	}
 	dec := json.NewDecoder(bytes.NewReader(buf))
@@ -97,34 +98,6 @@ func decodeJSONFrom(body io.Reader, v any) error {
 		return errdefs.InvalidArgument("invalid JSON body: data after the object")
 	}
 	return nil
-}
-
-// jsonDepth returns the deepest nesting of arrays and objects in b, outside strings. It does
-// not validate b: for valid JSON it is exact, and invalid JSON the decoder refuses anyway.
-func jsonDepth(b []byte) int {
-	depth, most := 0, 0
-	inString, escaped := false, false
-	for _, c := range b {
-		switch {
-		case inString:
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-		case c == '"':
-			inString = true
-		case c == '[' || c == '{':
-			depth++
-			most = max(most, depth)
-		case c == ']' || c == '}':
-			depth--
-		}
-	}
-	return most
 }
 
 // decodeOptionalJSON is decodeJSON for routes whose body may be empty.

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/space-sandbox/space/internal/jsondepth"
 )
 
 // FuzzDecodeCreate: the strict decoder never panics, and what it accepts re-encodes to JSON that
@@ -152,14 +154,14 @@ func FuzzJSONStringWriter(f *testing.F) {
 	})
 }
 
-// FuzzJSONDepth: for valid JSON, jsonDepth is the nesting the decoder's tokens show.
+// FuzzJSONDepth: for valid JSON, jsondepth.Of is the nesting the decoder's tokens show.
 func FuzzJSONDepth(f *testing.F) {
 	for _, s := range []string{`{}`, `[[[]]]`, `{"a":"[[[{{"}`, `{"a\"[":[1,{"b":[]}]}`, `"\\"`, `[{"x":"\\\"]"}]`, strings.Repeat("[", 40) + strings.Repeat("]", 40)} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if !json.Valid(b) {
-			jsonDepth(b) // must not panic
+			jsondepth.Of(b) // must not panic
 			return
 		}
 		dec := json.NewDecoder(bytes.NewReader(b))
@@ -177,8 +179,8 @@ func FuzzJSONDepth(f *testing.F) {
 				depth--
 			}
 		}
-		if got := jsonDepth(b); got != most {
-			t.Fatalf("jsonDepth(%q) = %d, want %d", b, got, most)
+		if got := jsondepth.Of(b); got != most {
+			t.Fatalf("jsondepth.Of(%q) = %d, want %d", b, got, most)
 		}
 	})
 }

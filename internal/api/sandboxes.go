@@ -76,6 +76,12 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request, p auth.Pri
 		s.writeError(w, r, err)
 		return
 	}
+	if req.FromSnapshot != "" {
+		if err := snapshotRefError(req.FromSnapshot); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+	}
 	info, err := s.sb.Create(r.Context(), p.Tenant, sandbox.CreateRequest{
 		Template: req.Template, Runtime: req.Runtime, TimeoutSeconds: req.TimeoutSeconds,
 		OnTimeout: req.OnTimeout, Env: req.Env, Metadata: req.Metadata, Resources: req.Resources,

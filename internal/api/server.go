@@ -166,6 +166,10 @@ func (s *Server) authed(h func(http.ResponseWriter, *http.Request, auth.Principa
 		}
 		// The request ends at once if its key is revoked while it runs (an event stream, a
 		// proxied connection); a new request with the key fails Authenticate.
+		if err := pathIDError(r); err != nil {
+			s.writeError(w, r, err)
+			return
+		}
 		ctx, done := s.keys.Bind(r.Context(), p.KeyID)
 		defer done()
 		h(w, r.WithContext(context.WithValue(ctx, principalKey{}, p)), p)

@@ -66,6 +66,10 @@ func (s *Server) handleDiff(w http.ResponseWriter, r *http.Request, p auth.Princ
 		s.writeError(w, r, errdefs.InvalidArgument("against: the snapshot to compare with is required"))
 		return
 	}
+	if err := snapshotRefError(against); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
 	changes, err := s.sb.Diff(r.Context(), p.Tenant, r.PathValue("sid"), against)
 	if err != nil {
 		s.writeError(w, r, err)
@@ -85,6 +89,10 @@ func (s *Server) handleRestore(w http.ResponseWriter, r *http.Request, p auth.Pr
 	}
 	if req.SnapshotID == "" {
 		s.writeError(w, r, errdefs.InvalidArgument("snapshot_id is required"))
+		return
+	}
+	if err := snapshotRefError(req.SnapshotID); err != nil {
+		s.writeError(w, r, err)
 		return
 	}
 	info, err := s.sb.Restore(r.Context(), p.Tenant, r.PathValue("id"), req.SnapshotID, req.Paths)

@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -146,18 +147,29 @@ func (k *Keys) Create(ctx context.Context, tenant string, admin bool) (id, key s
 		return "", "", errdefs.InvalidArgument(fmt.Sprintf("tenant %q: want lowercase letters, digits, - and _ (up to 63)", tenant))
 	}
 	key = Generate()
-	id = "key_" + Hash(key)[:16]
-	err = k.st.CreateAPIKey(ctx, store.APIKey{ID: id, Hash: Hash(key), Tenant: tenant, Admin: admin, CreatedAt: k.now().UTC()})
+	id, err = k.insert(ctx, key, tenant, admin)
 	if err != nil {
-		return "", "", fmt.Errorf("store key: %w", err)
+		return "", "", err
 	}
 	return id, key, nil
+}
+
+// insert stores key's record and returns its ID.
+func (k *Keys) insert(ctx context.Context, key, tenant string, admin bool) (string, error) {
+	id := "key_" + Hash(key)[:16]
+	err := k.st.CreateAPIKey(ctx, store.APIKey{ID: id, Hash: Hash(key), Tenant: tenant, Admin: admin, CreatedAt: k.now().UTC()})
+	if err != nil {
+		return "", fmt.Errorf("store key: %w", err)
+	}
+	return id, nil
 }
 
 // EnsureAdmin installs the admin key at start. If key is set it is installed (if not already)
 // and every other admin key is retired: a changed SPACE_ADMIN_KEY (or one set after a generated
 // key) leaves exactly one admin key. Otherwise, if no key exists yet, a new one is generated and
-// written to home/admin.key (0600). It returns the path of the key file it wrote, if any.
+// written to home/admin.key (0600), durably and before its record is stored: a start that fails
+// to write the file stores no key, so the next start generates one again rather than finding a
+// key nobody has. It returns the path of the key file it wrote, if any.
 // Admin keys come only from here (POST /v1/keys makes tenant keys), so retiring them never
 // removes a key someone created through the API.
 func (k *Keys) EnsureAdmin(ctx context.Context, home, key string) (string, error) {
@@ -203,46 +215,15 @@ func (k *Keys) EnsureAdmin(ctx context.Context, home, key string) (string, error
 	if len(keys) > 0 {
 		return "", nil
 	}
-	_, newKey, err := k.Create(ctx, AdminTenant, true)
-	if err != nil {
-		return "", err
-	}
-	if err := writeFileAtomic(path, []byte(newKey+"\n"), 0o600); err != nil {
+	newKey := Generate()
+	if err := durable.WriteFile(path, []byte(newKey+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("write admin key: %w", err)
 	}
+	if _, err := k.insert(ctx, newKey, AdminTenant, true); err != nil {
+		os.Remove(path) // a key no record backs would only mislead the CLI; the next start writes another
+		return "", err
+	}
 	return path, nil
-}
-
-func writeFileAtomic(path string, data []byte, mode os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-"+filepath.Base(path))
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(filepath.Dir(path))
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // FromRequestHeaders extracts a key from "Authorization: Bearer" or "X-API-Key".

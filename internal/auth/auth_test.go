@@ -197,3 +197,86 @@ func TestChangedAdminKeyRetiresTheOld(t *testing.T) {
 		t.Fatalf("refused rotation retired the admin key: %+v %v", p, err)
 	}
 }
+
+// A start whose admin.key write fails stores no key, so the next start generates one again and
+// that key works; the key and its file then survive a restart unchanged.
+func TestAdminKeyWriteFailureThenRetry(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	open := func() (*auth.Keys, func()) {
+		st, err := sqlite.Open(ctx, filepath.Join(dir, "db"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return auth.New(st), func() { st.Close() }
+	}
+	keyFile := filepath.Join(dir, "admin.key")
+	// The write fails at its last step: admin.key is a non-empty directory, so the rename over
+	// it fails (a read-only directory would not stop root).
+	if err := os.MkdirAll(filepath.Join(keyFile, "x"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	k, closeStore := open()
+	if _, err := k.EnsureAdmin(ctx, dir, ""); err == nil {
+		t.Fatal("EnsureAdmin succeeded though admin.key could not be written")
+	}
+	if list, err := k.List(ctx); err != nil || len(list) != 0 {
+		t.Fatalf("after the failed write the store holds %+v, %v; want no key (it would lock the admin out)", list, err)
+	}
+	closeStore()
+	if err := os.RemoveAll(keyFile); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		if strings.Contains(e.Name(), "admin.key") {
+			t.Fatalf("the failed write left %s", e.Name())
+		}
+	}
+
+	// The next start.
+	k, closeStore = open()
+	if path, err := k.EnsureAdmin(ctx, dir, ""); err != nil || path != keyFile {
+		t.Fatalf("retry: EnsureAdmin = %q, %v", path, err)
+	}
+	b, _ := os.ReadFile(keyFile)
+	key := strings.TrimSpace(string(b))
+	if p, err := k.Authenticate(ctx, key); err != nil || !p.Admin {
+		t.Fatalf("retry: the written key: %+v, %v", p, err)
+	}
+	closeStore()
+
+	// A restart keeps both.
+	k, closeStore = open()
+	defer closeStore()
+	if path, err := k.EnsureAdmin(ctx, dir, ""); err != nil || path != "" {
+		t.Fatalf("restart: EnsureAdmin = %q, %v; want nothing new", path, err)
+	}
+	if b2, _ := os.ReadFile(keyFile); string(b2) != string(b) {
+		t.Fatalf("restart changed admin.key: %q, was %q", b2, b)
+	}
+	if p, err := k.Authenticate(ctx, key); err != nil || !p.Admin {
+		t.Fatalf("restart: the admin key: %+v, %v", p, err)
+	}
+}
+
+// A start that crashed after writing admin.key but before storing its record left a file no
+// record backs: the next start replaces it whole with a key that works.
+func TestAdminKeyFileWithoutRecordIsReplaced(t *testing.T) {
+	k, dir := newKeys(t)
+	ctx := context.Background()
+	keyFile := filepath.Join(dir, "admin.key")
+	if err := os.WriteFile(keyFile, []byte(strings.Repeat("e2b_stale", 20)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.EnsureAdmin(ctx, dir, ""); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(keyFile)
+	if p, err := k.Authenticate(ctx, strings.TrimSpace(string(b))); err != nil || !p.Admin {
+		t.Fatalf("admin.key %q: %+v, %v", b, p, err)
+	}
+	if fi, _ := os.Stat(keyFile); fi.Mode().Perm() != 0o600 {
+		t.Fatalf("admin.key mode %v, want 0600", fi.Mode().Perm())
+	}
+}

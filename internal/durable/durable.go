@@ -1,5 +1,6 @@
 // Package durable makes files and directories reach the disk: the fsync helpers behind every
-// "done only once it is on disk" in SPACE (checkpoints, snapshots, shared layers, templates).
+// "done only once it is on disk" in SPACE (checkpoints, snapshots, shared layers, templates),
+// and WriteFile, the one way a file that must survive (a key, a certificate, metadata) is written.
 package durable
 
 import (

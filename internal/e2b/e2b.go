@@ -7,8 +7,10 @@
 package e2b
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/jsondepth"
 	"github.com/space-sandbox/space/internal/sandbox"
 )
 
@@ -128,6 +131,10 @@ func (h *Handler) authed(f func(http.ResponseWriter, *http.Request, auth.Princip
 			h.writeError(w, err)
 			return
 		}
+		if err := pathIDError(r); err != nil {
+			h.writeError(w, err)
+			return
+		}
 		ctx, done := h.cfg.Keys.Bind(r.Context(), p.KeyID)
 		defer done()
 		f(w, r.WithContext(ctx), p)
@@ -150,10 +157,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // decode reads an optional JSON body into v; unknown fields are ignored (the SDK sends many).
+// A body nested past jsondepth.Max is refused before it is decoded, as the native API does.
 func decode(r *http.Request, v any) error {
-	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
-	if err := dec.Decode(v); err != nil && !errors.Is(err, io.EOF) {
+	b, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, maxJSONBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+		}
+		return errdefs.InvalidArgument("read body: " + err.Error())
+	}
+	if jsondepth.Of(b) > jsondepth.Max {
+		return errdefs.InvalidArgument(fmt.Sprintf("invalid JSON body: nested more than %d deep", jsondepth.Max))
+	}
+	if err := json.NewDecoder(bytes.NewReader(b)).Decode(v); err != nil && !errors.Is(err, io.EOF) {
 		return errdefs.InvalidArgument("invalid JSON body: " + err.Error())
 	}
 	return nil
 }
+
+// maxJSONBody bounds an E2B request body.
+const maxJSONBody = 1 << 20

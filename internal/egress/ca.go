@@ -16,6 +16,8 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/space-sandbox/space/internal/durable"
 )
 
 // CA is the installation's interception CA: its certificate is installed in every sandbox, its
@@ -82,10 +84,12 @@ func createCA(certPath, keyPath string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
+	// The key first: the certificate's presence is what says the CA exists, so a crash between
+	// the two makes the next start create both again rather than pair a certificate with no key.
+	if err := durable.WriteFile(keyPath, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kder}), 0o600); err != nil {
 		return err
 	}
-	return os.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+	return durable.WriteFile(certPath, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
 }
 
 // PEM is the CA certificate, for sandboxes to trust.

@@ -12,6 +12,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/space-sandbox/space/internal/durable"
 )
 
 // Box seals and opens values.
@@ -26,16 +28,11 @@ func LoadOrCreate(dir string) (*Box, error) {
 		if _, err := rand.Read(key); err != nil {
 			return nil, err
 		}
-		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-		if err != nil {
-			return nil, fmt.Errorf("secrets key: %w", err)
-		}
-		_, err = f.Write(key)
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
+		// Made once, never replaced: values sealed under a key that another start overwrote
+		// could not be opened again. If another start made it first, its key is the one.
+		err = durable.CreateFile(path, key, 0o600)
+		if errors.Is(err, fs.ErrExist) {
+			key, err = os.ReadFile(path)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("secrets key: %w", err)

@@ -74,26 +74,7 @@ func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
 	if err := os.MkdirAll(s.userDir(), 0o755); err != nil {
 		return Template{}, err
 	}
-	tmp, err := os.CreateTemp(s.userDir(), ".tmp-"+t.Name)
-	if err != nil {
-		return Template{}, err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		return Template{}, err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return Template{}, err
-	}
-	if err := tmp.Close(); err != nil {
-		return Template{}, err
-	}
-	if err := os.Rename(tmp.Name(), filepath.Join(s.userDir(), t.Name+".json")); err != nil {
-		return Template{}, err
-	}
-	if err := durable.Sync(s.userDir()); err != nil {
+	if err := durable.WriteFile(filepath.Join(s.userDir(), t.Name+".json"), b, 0o600); err != nil {
 		return Template{}, err
 	}
 	s.log.InfoContext(ctx, "saved template", "template", t.Name, "parent", t.Parent, "layers", len(t.Layers), "size_bytes", size)

@@ -41,6 +41,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -89,6 +90,9 @@ type Driver struct {
 	// CheckpointSpace, if positive, is how many bytes of layer a checkpoint may write: a larger
 	// layer fails Checkpoint with an error wrapping syscall.ENOSPC, as a full disk would.
 	CheckpointSpace int64
+	// Agent, if set, is served in the agent's place, given the real agent's handler: what a
+	// sandbox that replaced its agent with a server of its own answers.
+	Agent func(agent http.Handler) http.Handler
 }
 
 type instance struct {
@@ -211,7 +215,14 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, from string) (err
 	inst.cancel = cancel
 	go func() {
 		defer close(inst.done)
-		_ = srv.Serve(sctx, &gatedListener{Listener: ln, gate: inst.gate})
+		gl := &gatedListener{Listener: ln, gate: inst.gate}
+		if d.Agent == nil {
+			_ = srv.Serve(sctx, gl)
+			return
+		}
+		hs := &http.Server{Handler: d.Agent(srv.Handler())}
+		context.AfterFunc(sctx, func() { hs.Close() })
+		_ = hs.Serve(gl)
 	}()
 	d.mu.Lock()
 	d.boxes[spec.ID] = inst

@@ -140,18 +140,7 @@ func writeManifest(dir string, m manifest, mustSync bool) error {
 	if err := durable.SyncTree(dir); err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "."+manifestFile)
-	//confine:host the checkpoint directory itself or its manifest, which only the driver writes (upper/ goes through confine)
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	if err := durable.Sync(tmp); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, manifestFile)); err != nil {
-		return err
-	}
-	return durable.Sync(dir)
+	return durable.WriteFile(filepath.Join(dir, manifestFile), b, 0o644)
 }
 
 func readManifest(dir string) (manifest, error) {
