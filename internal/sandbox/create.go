@@ -297,12 +297,12 @@ func hostname(id string) string { return "sbx-" + id[len("sbx_"):] }
 // record. The caller holds b.mu.
 func (m *Manager) abandon(ctx context.Context, b *box) {
 	_ = m.teardown(ctx, b)
-	b.rec.State = string(StateDeleted)
-	b.refresh()
 	m.mu.Lock()
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+	// creating → deleted: nobody was told it exists. If the record stays (the store failed),
+	// Recover finishes it off.
+	if err := m.setState(ctx, b, StateDeleted, ""); err != nil {
 		m.log.Error("remove record of failed sandbox", "id", b.rec.ID, "err", err)
 	}
 }

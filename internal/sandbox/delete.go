@@ -39,11 +39,9 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 		_ = m.setState(ctx, b, StateError, err.Error())
 		return fmt.Errorf("delete sandbox %s: %w", b.rec.ID, err)
 	}
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
-		return fmt.Errorf("delete record: %w", err)
+	if err := m.setState(ctx, b, StateDeleted, reason); err != nil {
+		return err
 	}
-	b.rec.State = string(StateDeleted)
-	b.refresh()
 	m.mu.Lock()
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()

@@ -108,7 +108,7 @@ type Manager struct {
 }
 
 // box is the in-memory side of one sandbox. Its mutex serialises lifecycle operations on it; rec
-// is the persisted truth and is changed only through setState/save.
+// is the persisted truth; its State changes only through setState.
 type box struct {
 	id, tenant string // immutable copies of rec's, readable without mu
 
@@ -271,8 +271,9 @@ func (m *Manager) lookup(tenant, id string) (*box, error) {
 	return b, nil
 }
 
-// setState moves b to state `to` through the guard and persists it before returning.
-// The caller holds b.mu.
+// setState moves b to state `to` through the guard and persists it before returning: the one
+// writer of sandbox state (state.go). Deleted is persisted by removing the record. The caller
+// holds b.mu (or owns b alone, before it is registered).
 func (m *Manager) setState(ctx context.Context, b *box, to State, reason string) error {
 	if err := checkTransition(State(b.rec.State), to); err != nil {
 		return err
@@ -282,6 +283,13 @@ func (m *Manager) setState(ctx context.Context, b *box, to State, reason string)
 	b.rec.Error = reason
 	b.rec.UpdatedAt = m.cfg.Now().UTC()
 	defer b.refresh()
+	if to == StateDeleted {
+		if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+			b.rec = prev
+			return fmt.Errorf("delete record: %w", err)
+		}
+		return nil
+	}
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		b.rec = prev
 		return fmt.Errorf("persist state %s: %w", to, err)

@@ -167,9 +167,9 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 // caller holds b.mu.
 func (m *Manager) unresume(ctx context.Context, b *box) {
 	m.stopRuntime(ctx, b, "paused")
-	b.rec.State = string(StatePaused) // from pausing, resuming or running: the checkpoint rules
-	b.refresh()
-	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+	// From resuming (a failed resume) or pausing (a pause a restart interrupted): the
+	// checkpoint rules.
+	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
 		m.log.Error("record paused", "id", b.rec.ID, "err", err)
 	}
 }

@@ -111,8 +111,13 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	switch state {
 	case StateCreating, StateDeleting:
 		m.log.Info("finishing interrupted operation", "id", b.rec.ID, "state", state)
+		if s := State(b.rec.State); s != StateCreating && s != StateDeleting { // a warm pool member
+			if err := m.setState(ctx, b, StateDeleting, ""); err != nil {
+				m.log.Error("record deleting", "id", b.rec.ID, "err", err)
+			}
+		}
 		_ = m.teardown(ctx, b)
-		if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+		if err := m.setState(ctx, b, StateDeleted, ""); err != nil {
 			m.log.Error("remove record", "id", b.rec.ID, "err", err)
 		}
 		return
@@ -140,9 +145,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		m.setClient(b)
 		if state != StateRunning {
 			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs.
-			b.rec.State = string(StateRunning)
-			b.refresh()
-			if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+			if err := m.setState(ctx, b, StateRunning, ""); err != nil {
 				m.log.Error("persist adopted state", "id", b.rec.ID, "err", err)
 			}
 		}
@@ -165,9 +168,7 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	if m.recoverFromSnapshot(ctx, b, "runtime not running after restart") {
 		return
 	}
-	if b.rec.State != string(StateRunning) {
-		b.rec.State = string(StateRunning) // so the guard allows running → error
-	}
+	// From running, pausing or resuming (recoverFromSnapshot leaves a failed recovery resuming).
 	m.crashed(ctx, b, fmt.Sprintf("runtime not running after restart (state %s, err %v)", st, err))
 }
 

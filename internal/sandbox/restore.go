@@ -395,18 +395,17 @@ func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) b
 		m.log.Error("cannot recover from snapshot", "id", b.rec.ID, "snapshot", last.ID, "err", err)
 		return false
 	}
-	if State(b.rec.State) != StateRunning && State(b.rec.State) != StateError {
-		b.rec.State = string(StateRunning) // pausing or resuming whose runtime is gone
-	}
-	if err := m.setState(ctx, b, StateResuming, ""); err != nil {
-		return false
+	// From running (checkHealth, probe) or pausing (adopt); a resume a restart interrupted
+	// (adopt) is resuming already and goes on as this one.
+	if State(b.rec.State) != StateResuming {
+		if err := m.setState(ctx, b, StateResuming, ""); err != nil {
+			return false
+		}
 	}
 	if err := m.bringUp(ctx, b, mf, last.ID); err != nil {
 		m.log.Error("recovery from snapshot failed", "id", b.rec.ID, "snapshot", last.ID, "err", err)
 		m.stopRuntime(ctx, b, "stopped")
-		b.rec.State = string(StateRunning) // so that the caller can record the crash
-		b.refresh()
-		return false
+		return false // still resuming: the caller records the crash (resuming → error)
 	}
 	if b.rec.ExpiresAt.IsZero() {
 		b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/space-sandbox/space/internal/store"
@@ -74,6 +73,7 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 			}
 		}
 		prev := b.rec
+		// The member's state (running) carries over: no transition.
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
 		spec.WorkingDir, spec.User, spec.RootFS, spec.Layers = b.spec.WorkingDir, b.spec.User, b.spec.RootFS, b.spec.Layers
 		rec.Spec = encodeSpec(spec)
@@ -164,8 +164,7 @@ func (m *Manager) startWarm() error {
 	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		m.teardown(cctx, b)
-		if derr := m.cfg.Store.DeleteSandbox(cctx, rec.ID); derr != nil {
+		if derr := m.drop(cctx, b); derr != nil {
 			m.log.Error("remove record of failed warm sandbox", "id", rec.ID, "err", derr)
 		}
 		return err
@@ -209,15 +208,21 @@ func (m *Manager) discard(b *box) {
 	}
 }
 
-// drop tears b down and removes its record. The caller holds b.mu.
+// drop tears b down and removes its record, for sandboxes no tenant sees (warm pool members,
+// build sandboxes, ones a restart caught being made or deleted): one never made goes from
+// creating to deleted, any other through deleting. The caller holds b.mu (or owns b alone).
 func (m *Manager) drop(ctx context.Context, b *box) error {
+	switch State(b.rec.State) {
+	case StateCreating, StateDeleting:
+	default:
+		if err := m.setState(ctx, b, StateDeleting, ""); err != nil {
+			return err
+		}
+	}
 	if err := m.teardown(ctx, b); err != nil {
 		return err
 	}
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
-		return fmt.Errorf("delete record: %w", err)
-	}
-	return nil
+	return m.setState(ctx, b, StateDeleted, "")
 }
 
 // drainWarm removes every pool member (on Close).
