@@ -31,6 +31,7 @@ import (
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -186,7 +187,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
 		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Secrets: box,
 	})
 	if err != nil {
@@ -218,7 +219,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	srv := &http.Server{
-		Handler: api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
+		Handler: api.New(api.Config{Sandboxes: mgr, Templates: build.New(build.Config{Lifecycle: mgr, Store: templates, Logger: log}), Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
 			SpoolDir: spoolDir, SpoolBytes: cfg.ExecSpoolMiB << 20}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

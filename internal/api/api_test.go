@@ -28,6 +28,8 @@ import (
 	"github.com/space-sandbox/space/internal/runtime/fake"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/store/sqlite"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // loopPool hands out slots whose guest address is a loopback address, so the fake driver's
@@ -100,12 +102,23 @@ type env struct {
 	keys     *auth.Keys
 	st       *sqlite.Store
 	mgr      *sandbox.Manager
+	tpl      *build.Builder
 	drv      *fake.Driver
 	pool     *loopPool
 	newMgr   func() *sandbox.Manager
 }
 
+// services are the API's dependencies beside the sandbox manager that a test may give it.
+type services struct {
+	templates *template.Store
+}
+
 func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
+	t.Helper()
+	return newEnvWith(t, services{}, tweak...)
+}
+
+func newEnvWith(t *testing.T, svc services, tweak ...func(*sandbox.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -153,7 +166,8 @@ func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
 		t.Fatal(err)
 	}
 	e.mgr.Start()
-	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Keys: keys, Logger: log, Version: "test"}))
+	e.tpl = build.New(build.Config{Lifecycle: e.mgr, Store: svc.templates, Logger: log})
+	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Templates: e.tpl, Keys: keys, Logger: log, Version: "test"}))
 	t.Cleanup(func() {
 		srv.Close()
 		e.mgr.Close()

@@ -12,11 +12,15 @@ import (
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // Config holds the Server's dependencies.
 type Config struct {
 	Sandboxes *sandbox.Manager
+	// Templates lists, builds and deletes templates (default: one without a template store,
+	// which refuses to).
+	Templates *build.Builder
 	Keys      *auth.Keys
 	Logger    *slog.Logger
 	Version   string
@@ -37,6 +41,7 @@ type Config struct {
 // Server is spaced's HTTP handler.
 type Server struct {
 	sb      *sandbox.Manager
+	tpl     *build.Builder
 	keys    *auth.Keys
 	log     *slog.Logger
 	version string
@@ -64,7 +69,10 @@ func New(cfg Config) *Server {
 	if cfg.SpoolPerOutput == 0 {
 		cfg.SpoolPerOutput = 256 << 20
 	}
-	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
+	if cfg.Templates == nil {
+		cfg.Templates = build.New(build.Config{Lifecycle: cfg.Sandboxes, Logger: cfg.Logger})
+	}
+	s := &Server{sb: cfg.Sandboxes, tpl: cfg.Templates, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
 		spool: newSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolPerOutput), mux: http.NewServeMux()}
 	s.routes()
 	s.e2b = e2b.New(e2b.Config{Sandboxes: cfg.Sandboxes, Keys: cfg.Keys, Logger: cfg.Logger, Domain: cfg.Domain,

@@ -23,7 +23,6 @@ import (
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/template"
 )
 
 // SlotPool hands out network slots; network.Pool implements it.
@@ -64,16 +63,15 @@ type Config struct {
 	MaxTimeout      time.Duration
 	MaxPerTenant    int
 	DefaultEgress   string
-	ReapInterval    time.Duration   // how often expiry is checked (default 1s)
-	HealthInterval  time.Duration   // how often runtimes are checked for crashes (default 10s)
-	ReadyTimeout    time.Duration   // how long create waits for the agent (default 30s)
-	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
-	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
-	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
-	Audit           *egress.Audit   // egress decisions of the gateway (optional)
-	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
-	Secrets         *secrets.Box    // seals credential values (optional: no secrets without it)
+	ReapInterval    time.Duration // how often expiry is checked (default 1s)
+	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
+	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
+	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
+	StateDir        string        // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks          *cas.Store    // where snapshots live (snapshots need it and StateDir)
+	Audit           *egress.Audit // egress decisions of the gateway (optional)
+	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
+	Secrets         *secrets.Box  // seals credential values (optional: no secrets without it)
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
 	// refused. Nil: no check.
 	Capacity func() (Capacity, error)
