@@ -10,6 +10,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/template/build"
@@ -21,9 +22,11 @@ type Config struct {
 	// Templates lists, builds and deletes templates (default: one without a template store,
 	// which refuses to).
 	Templates *build.Builder
-	Keys      *auth.Keys
-	Logger    *slog.Logger
-	Version   string
+	// Secrets keeps tenants' credential secrets (default: none kept).
+	Secrets *credentials.Vault
+	Keys    *auth.Keys
+	Logger  *slog.Logger
+	Version string
 	// MaxUpload bounds one file upload in bytes (default 16 GiB).
 	MaxUpload int64
 	// Domain, if set, is the E2B sandbox domain: envd requests for 49983-<id>.<Domain> go to
@@ -42,6 +45,7 @@ type Config struct {
 type Server struct {
 	sb      *sandbox.Manager
 	tpl     *build.Builder
+	secrets *credentials.Vault
 	keys    *auth.Keys
 	log     *slog.Logger
 	version string
@@ -72,7 +76,10 @@ func New(cfg Config) *Server {
 	if cfg.Templates == nil {
 		cfg.Templates = build.New(build.Config{Lifecycle: cfg.Sandboxes, Logger: cfg.Logger})
 	}
-	s := &Server{sb: cfg.Sandboxes, tpl: cfg.Templates, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
+	if cfg.Secrets == nil {
+		cfg.Secrets = credentials.New(credentials.Config{Logger: cfg.Logger})
+	}
+	s := &Server{sb: cfg.Sandboxes, tpl: cfg.Templates, secrets: cfg.Secrets, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
 		spool: newSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolPerOutput), mux: http.NewServeMux()}
 	s.routes()
 	s.e2b = e2b.New(e2b.Config{Sandboxes: cfg.Sandboxes, Keys: cfg.Keys, Logger: cfg.Logger, Domain: cfg.Domain,

@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -145,7 +146,7 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 			env[k] = v
 		}
 		for _, c := range spec.Network.Credentials {
-			k, v := placeholderVar(c)
+			k, v := credentials.Placeholder(c)
 			env[k] = v
 		}
 		req.Env = env

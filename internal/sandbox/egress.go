@@ -106,3 +106,22 @@ func (m *Manager) SubscribeEgress(tenant, id string) (<-chan egress.Event, func(
 	c, cancel := m.cfg.Audit.Subscribe(id)
 	return c, cancel, nil
 }
+
+// checkCredentials makes sure every credential a sandbox names is one of tenant's secrets.
+func (m *Manager) checkCredentials(ctx context.Context, tenant string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	if m.cfg.Credentials == nil {
+		return errdefs.InvalidArgument("network.credentials: this server keeps no secrets")
+	}
+	return m.cfg.Credentials.Check(ctx, tenant, names)
+}
+
+// credentials opens the secrets a sandbox names, for the gateway.
+func (m *Manager) credentials(tenant string, names []string) []egress.Credential {
+	if len(names) == 0 || m.cfg.Credentials == nil {
+		return nil
+	}
+	return m.cfg.Credentials.Open(tenant, names)
+}

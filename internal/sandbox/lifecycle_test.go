@@ -222,8 +222,14 @@ func TestIllegalOperations(t *testing.T) {
 		{"resume of a running sandbox", running.ID, func(id string) error { _, err := e.m.Resume(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
 		{"resume of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Resume(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
 		{"pause of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Pause(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
-		{"exec on a deleted sandbox", gone.ID, func(id string) error { _, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}}); return err }, errdefs.ErrNotFound},
-		{"exec on a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}}); return err }, errdefs.ErrFailedPrecondition},
+		{"exec on a deleted sandbox", gone.ID, func(id string) error {
+			_, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}})
+			return err
+		}, errdefs.ErrNotFound},
+		{"exec on a sandbox in error", broken.ID, func(id string) error {
+			_, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}})
+			return err
+		}, errdefs.ErrFailedPrecondition},
 		{"pause of a deleted sandbox", gone.ID, func(id string) error { _, err := e.m.Pause(ctx, tn, id); return err }, errdefs.ErrNotFound},
 		{"delete of a deleted sandbox", gone.ID, func(id string) error { return e.m.Delete(ctx, tn, id) }, errdefs.ErrNotFound},
 		{"fork of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
@@ -234,10 +240,16 @@ func TestIllegalOperations(t *testing.T) {
 		// What needs a checkpoint or a look at the files is refused on a driver without them.
 		{"pause without a checkpointer", running.ID, func(id string) error { _, err := e.m.Pause(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
 		{"resume without a checkpointer", paused.ID, func(id string) error { _, err := e.m.Resume(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
-		{"exec on a paused sandbox without a checkpointer", paused.ID, func(id string) error { _, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}}); return err }, errdefs.ErrFailedPrecondition},
+		{"exec on a paused sandbox without a checkpointer", paused.ID, func(id string) error {
+			_, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}})
+			return err
+		}, errdefs.ErrFailedPrecondition},
 		{"fork without a checkpointer", running.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
 		{"file snapshot without a layer capturer", running.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
-		{"full snapshot without a checkpointer", running.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{Kind: KindFull}); return err }, errdefs.ErrFailedPrecondition},
+		{"full snapshot without a checkpointer", running.ID, func(id string) error {
+			_, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{Kind: KindFull})
+			return err
+		}, errdefs.ErrFailedPrecondition},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,7 +21,6 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
-	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -32,6 +31,16 @@ type SlotPool interface {
 	Release(ctx context.Context, s *network.Slot) error
 	// InUse lists the lease indexes of slots in use, including ones left by an earlier run.
 	InUse() []int
+}
+
+// Credentials checks and opens the credential secrets sandboxes name in network.credentials;
+// credentials.Vault (internal/egress/credentials) implements it. Safe for concurrent use.
+type Credentials interface {
+	// Check returns an error wrapping errdefs.ErrInvalidArgument unless every name is one of
+	// tenant's secrets.
+	Check(ctx context.Context, tenant string, names []string) error
+	// Open returns the named secrets of tenant that (still) exist, for the egress gateway.
+	Open(tenant string, names []string) []egress.Credential
 }
 
 // Template is what a sandbox is made from: read-only filesystem layers and the defaults its
@@ -71,7 +80,7 @@ type Config struct {
 	Chunks          *cas.Store    // where snapshots live (snapshots need it and StateDir)
 	Audit           *egress.Audit // egress decisions of the gateway (optional)
 	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
-	Secrets         *secrets.Box  // seals credential values (optional: no secrets without it)
+	Credentials     Credentials   // tenants' credential secrets (optional: no secrets without it)
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
 	// refused. Nil: no check.
 	Capacity func() (Capacity, error)
