@@ -43,6 +43,15 @@ type Credentials interface {
 	Open(tenant string, names []string) []egress.Credential
 }
 
+// Audit is the egress gateway's record of its decisions; *egress.Audit implements it. Safe for
+// concurrent use.
+type Audit interface {
+	Events(id string) []egress.Event                   // a sandbox's recent decisions
+	Subscribe(id string) (<-chan egress.Event, func()) // its decisions from now on, until cancel
+	Forget(id string)                                  // drop what is kept of a deleted sandbox
+	Counts() map[string]int64                          // decisions so far, by decision
+}
+
 // Template is what a sandbox is made from: read-only filesystem layers and the defaults its
 // image asks for, which apply to every command in the sandbox.
 type Template struct {
@@ -78,7 +87,7 @@ type Config struct {
 	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
 	StateDir        string        // where paused sandboxes' checkpoints live (pause needs it)
 	Chunks          *cas.Store    // where snapshots live (snapshots need it and StateDir)
-	Audit           *egress.Audit // egress decisions of the gateway (optional)
+	Audit           Audit         // egress decisions of the gateway (optional)
 	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
 	Credentials     Credentials   // tenants' credential secrets (optional: no secrets without it)
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
