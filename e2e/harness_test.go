@@ -36,11 +36,16 @@ func binDir(t *testing.T) string {
 // and fails the test if anything of the instance is left on the host.
 func startSpaced(t *testing.T, env ...string) *spacedtest.Daemon {
 	t.Helper()
+	return startSpacedAt(t, t.TempDir(), env...)
+}
+
+// startSpacedAt is startSpaced with SPACE_HOME at home, which the caller made.
+func startSpacedAt(t *testing.T, home string, env ...string) *spacedtest.Daemon {
+	t.Helper()
 	bin := binDir(t)
-	home := t.TempDir()
 	// Built-in templates come from a cache shared by every test daemon (base takes minutes to
 	// build); each daemon's own built templates stay in its home.
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates}, env...)
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates()}, env...)
 	d, err := spacedtest.Start(context.Background(), spacedtest.Options{Bin: bin, Home: home, Env: env})
 	if err != nil {
 		t.Fatal(err)

@@ -43,7 +43,7 @@ func startSpacedIn(t *testing.T, in *spacedtest.Internet, env ...string) *spaced
 	if err := os.WriteFile(caFile, in.CAPEM, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates, "SPACE_EGRESS_DNS=" + spacedtest.InetDNS + ":53",
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates(), "SPACE_EGRESS_DNS=" + spacedtest.InetDNS + ":53",
 		"SPACE_EGRESS_CA=" + caFile, "SPACE_WARM_POOL=0"}, env...)
 	d, err := spacedtest.Start(context.Background(), spacedtest.Options{Bin: bin, Home: home, Env: env, Netns: nsPath(in.HostNS)})
 	if err != nil {

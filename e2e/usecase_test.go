@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"math"
+	"os"
 	"strings"
 	"testing"
 
@@ -14,7 +15,14 @@ import (
 
 // sharedTemplates is where built-in templates are cached across test runs on one machine, so
 // the base template (minutes to build) is built once; internal/template's base test fills it.
-const sharedTemplates = "/var/cache/space-test/templates"
+// SPACE_TEMPLATES_DIR names another: a tree whose base recipe differs from the machine's other
+// trees would otherwise evict their cached base, and they would rebuild it in turn.
+func sharedTemplates() string {
+	if d := os.Getenv("SPACE_TEMPLATES_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/space-test/templates"
+}
 
 const messyCSV = `group,amount,date
   alpha ,"$1,234.50",2024-01-01

@@ -3,7 +3,8 @@
 // through the public Go SDK in pkg/client.
 //
 // The server is SPACE_URL (default http://127.0.0.1:7070) or --url; the API key is --key, else
-// SPACE_API_KEY, else the file $SPACE_HOME/admin.key (SPACE_HOME defaults to ./.space).
+// SPACE_API_KEY, else the file $SPACE_HOME/admin.key (SPACE_HOME defaults to ./.space). When the
+// server refuses the key, the CLI says where it looked.
 // Exit status: 0 on success, the command's own status for exec and shell, 1 when the server or
 // the network failed, 2 for a usage error.
 package main
@@ -13,15 +14,20 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/space-sandbox/space/pkg/client"
 )
+
+// version is set at build time with -ldflags "-X main.version=…" (the Makefile does).
+var version = "dev"
 
 const (
 	defaultURL  = "http://127.0.0.1:7070"
@@ -68,6 +74,14 @@ type app struct {
 
 	global globalFlags
 	client *client.Client
+	server string // the server's URL, once connect has chosen it
+	// keyFrom says where connect found the API key ("--key", "SPACE_API_KEY" or the file's
+	// path), or, when it found none, where it looked; for the message when the server refuses.
+	keyFrom  string
+	keyFound bool
+	// slowAfter is how long a create may take before the CLI says what it waits for, and then
+	// how often it says it again; 0 means 3 s, then every 30 s.
+	slowAfter time.Duration
 }
 
 // usageError is a mistake in the command line; it exits with status 2.
@@ -111,6 +125,7 @@ func commands() []command {
 		{"diff", "SNAPSHOT AGAINST", "list files added, modified or deleted from AGAINST to SNAPSHOT", (*app).cmdDiff},
 		{"key", "create TENANT | ls | rm KEY_ID...", "create an API key for a tenant, list keys, or revoke keys at once (admin)", (*app).cmdKey},
 		{"keys", "ls | rm KEY_ID...", "the same as key", (*app).cmdKey},
+		{"version", "", "print the CLI's version and the server's", (*app).cmdVersion},
 		{"template", "ls | rm NAME... | build NAME --from T [--run CMD] [--env K=V] [--workdir D] [--copy L:/P]", "list, delete or build templates (build steps run in order)", (*app).cmdTemplate},
 	}
 }
@@ -126,12 +141,15 @@ func (a *app) printUsage(w io.Writer) {
 // main parses the global flags, finds the command and runs it.
 func (a *app) main(args []string) int {
 	fs := a.newFlagSet("space", "COMMAND [ARGS]")
-	fs.Usage = func() { a.printUsage(a.stderr) }
+	// The flag package calls Usage for -h too, before returning ErrHelp: the usage is printed
+	// here, once, to stdout for help and to stderr after a bad flag.
+	fs.Usage = func() {}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, errHelp) {
 			a.printUsage(a.stdout)
 			return exitOK
 		}
+		a.printUsage(a.stderr)
 		return exitUsage
 	}
 	rest := fs.Args()
@@ -177,6 +195,9 @@ func (a *app) report(err error) int {
 		return exitUsage
 	case errors.As(err, &ae):
 		fmt.Fprintf(a.stderr, "space: %s\n", ae.Message)
+		if ae.Status == http.StatusUnauthorized {
+			fmt.Fprintln(a.stderr, a.keyHint())
+		}
 		return exitError
 	case errors.As(err, &netErr):
 		fmt.Fprintf(a.stderr, "space: cannot reach the server: %v\n", netErr.Err)
@@ -198,28 +219,61 @@ func (a *app) connect() (*client.Client, error) {
 	if server == "" {
 		server = defaultURL
 	}
-	key := a.global.key
-	if key == "" {
-		key = a.getenv("SPACE_API_KEY")
+	key, err := a.findKey()
+	if err != nil {
+		return nil, err
 	}
-	if key == "" {
-		home := a.getenv("SPACE_HOME")
-		if home == "" {
-			home = defaultHome
-		}
-		b, err := os.ReadFile(filepath.Join(home, "admin.key"))
-		switch {
-		case err == nil:
-			key = strings.TrimSpace(string(b))
-		case !errors.Is(err, os.ErrNotExist):
-			return nil, fmt.Errorf("read API key: %w", err)
-		}
-		// No key at all: the server answers 401 with a message that says so.
-	}
-	c, err := client.New(server, key, client.WithUserAgent("space-cli/1"))
+	c, err := client.New(server, key, client.WithUserAgent("space-cli/"+version))
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
-	a.client = c
+	a.client, a.server = c, server
 	return c, nil
+}
+
+// findKey returns the API key: --key, else SPACE_API_KEY, else $SPACE_HOME/admin.key. No key at
+// all is not an error here: the server answers 401, and keyHint says where the CLI looked.
+func (a *app) findKey() (string, error) {
+	if a.global.key != "" {
+		a.keyFrom, a.keyFound = "--key", true
+		return a.global.key, nil
+	}
+	if k := a.getenv("SPACE_API_KEY"); k != "" {
+		a.keyFrom, a.keyFound = "SPACE_API_KEY", true
+		return k, nil
+	}
+	home := a.getenv("SPACE_HOME")
+	if home == "" {
+		home = defaultHome
+	}
+	path := filepath.Join(home, "admin.key")
+	if abs, err := filepath.Abs(path); err == nil {
+		path = abs
+	}
+	a.keyFrom = path
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		a.keyFound = true
+		return strings.TrimSpace(string(b)), nil
+	case errors.Is(err, os.ErrNotExist):
+		return "", nil
+	}
+	return "", fmt.Errorf("read API key: %w", err)
+}
+
+// keyHint explains, after the server refused the key, where the key came from or where the CLI
+// looked for one, and how to give it one.
+func (a *app) keyHint() string {
+	const how = "  set SPACE_API_KEY or pass --key, or set SPACE_HOME to the spaced home that holds admin.key\n" +
+		"  (spaced writes it to $SPACE_HOME/admin.key, ./.space/admin.key where `make run` was started)"
+	switch {
+	case a.keyFrom == "":
+		return how
+	case !a.keyFound:
+		return "  no API key: --key not given, SPACE_API_KEY not set, no file " + a.keyFrom + "\n" + how
+	case a.keyFrom == "--key" || a.keyFrom == "SPACE_API_KEY":
+		return "  the key came from " + a.keyFrom + "\n" + how
+	}
+	return "  the key came from the file " + a.keyFrom + "\n" + how
 }

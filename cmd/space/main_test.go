@@ -37,8 +37,11 @@ type fakeSpaced struct {
 	requests  []string          // "METHOD path?query"
 	bodies    map[string]string // last JSON body per "METHOD path"
 	resizes   []client.PTYSize
-	signals   []string    // "pid SIGNAL"
-	stdin     chan []byte // stdin posted to the background process
+	signals   []string      // "pid SIGNAL"
+	stdin     chan []byte   // stdin posted to the background process; nil at its end (?eof=true)
+	passwd    string        // what the sandbox's passwd lookup prints (space shell); "" fails it
+	templates []string      // the templates listed as built
+	release   chan struct{} // when set, a create waits for it to close
 }
 
 func newFake(t *testing.T) *fakeSpaced {
@@ -64,6 +67,9 @@ func newFake(t *testing.T) *fakeSpaced {
 		b, _ := io.ReadAll(r.Body)
 		if len(b) > 0 {
 			f.stdin <- b
+		}
+		if r.URL.Query().Get("eof") == "true" {
+			f.stdin <- nil
 		}
 		w.WriteHeader(204)
 	}))
@@ -106,6 +112,15 @@ func newFake(t *testing.T) *fakeSpaced {
 		w.Header().Set("Content-Type", "application/octet-stream")
 		w.Write(b)
 	}))
+	mux.HandleFunc("GET /v1/templates", func(w http.ResponseWriter, r *http.Request) {
+		f.mu.Lock()
+		out := []client.Template{}
+		for _, n := range f.templates {
+			out = append(out, client.Template{Name: n, CreatedAt: t0})
+		}
+		f.mu.Unlock()
+		writeJSON(w, 200, map[string]any{"templates": out})
+	})
 	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, client.Info{Version: "0.1.0-test", DefaultRuntime: "gvisor", Runtimes: []client.RuntimeInfo{
 			{Name: "gvisor", Available: true}, {Name: "firecracker", Reason: "no /dev/kvm"},
@@ -197,6 +212,16 @@ func (f *fakeSpaced) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.mu.Lock()
+	release := f.release
+	f.mu.Unlock()
+	if release != nil {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+	}
+	f.mu.Lock()
 	f.next++
 	id := fmt.Sprintf("sbx_%d", f.next)
 	f.mu.Unlock()
@@ -244,6 +269,17 @@ func (f *fakeSpaced) exec(w http.ResponseWriter, r *http.Request, _ client.Sandb
 		writeJSON(w, 202, map[string]int{"pid": 42})
 		return
 	}
+	if len(req.Cmd) == 3 && req.Cmd[2] == loginShellLookup {
+		f.mu.Lock()
+		passwd := f.passwd
+		f.mu.Unlock()
+		code := 0
+		if passwd == "" {
+			code = 2
+		}
+		writeJSON(w, 200, client.ExecResult{PID: 8, ExitCode: code, Stdout: passwd})
+		return
+	}
 	what := req.Command
 	if what == "" {
 		what = strings.Join(req.Cmd, " ")
@@ -277,7 +313,7 @@ func (f *fakeSpaced) exec(w http.ResponseWriter, r *http.Request, _ client.Sandb
 }
 
 // processEvents fakes an interactive shell: a prompt, then each line of stdin echoed back,
-// until the line "exit N".
+// until the line "exit N", or the end of stdin (then it exits 3, as after a failed command).
 func (f *fakeSpaced) processEvents(w http.ResponseWriter, r *http.Request, _ client.Sandbox) {
 	w.Header().Set("Content-Type", "text/event-stream")
 	send := func(typ string, v any) {
@@ -293,6 +329,10 @@ func (f *fakeSpaced) processEvents(w http.ResponseWriter, r *http.Request, _ cli
 		case <-r.Context().Done():
 			return
 		case b := <-f.stdin:
+			if b == nil {
+				send("exit", map[string]any{"exit_code": 3})
+				return
+			}
 			line = append(line, b...)
 			for {
 				i := bytes.IndexByte(line, '\n')
@@ -757,6 +797,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"cp", "sbx_a:/x", "sbx_b:/y"}, "exactly one side"},
 		{[]string{"cp", "-", "sbx_a:/dir/"}, "needs a file name"},
 		{[]string{"shell"}, "shell needs a sandbox ID"},
+		{[]string{"version", "x"}, "version takes no arguments"},
 		{[]string{"key", "delete", "x"}, "space key create TENANT"},
 		{[]string{"keys", "rm"}, "space key create TENANT | ls | rm KEY_ID..."},
 		{[]string{"keys", "ls", "x"}, "space key create TENANT | ls | rm KEY_ID..."},
@@ -779,11 +820,17 @@ func TestUsageErrors(t *testing.T) {
 	}
 	// help is not an error.
 	f := newFake(t)
+	// The usage is printed once, on stdout.
 	for _, args := range [][]string{{"help"}, {"-h"}, {"--help"}} {
-		code, out, _ := f.cli(t, nil, nil, args...)
-		if code != 0 || !strings.Contains(out, "commands:") {
-			t.Errorf("%q: exit %d, stdout %q", args, code, out)
+		code, out, errOut := f.cli(t, nil, nil, args...)
+		if code != 0 || strings.Count(out, "usage: space") != 1 || !strings.Contains(out, "commands:") || errOut != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q", args, code, out, errOut)
 		}
+	}
+	// A bad global flag: the problem and the usage once, on stderr.
+	if code, out, errOut := f.cli(t, nil, nil, "--bogus", "ls"); code != 2 || out != "" || strings.Count(errOut, "usage: space") != 1 ||
+		!strings.Contains(errOut, "flag provided but not defined: -bogus") {
+		t.Errorf("--bogus: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 	if code, _, _ := f.cli(t, nil, nil, "ls", "-h"); code != 0 {
 		t.Errorf("ls -h: exit %d, want 0", code)
@@ -797,28 +844,46 @@ func TestServerAndKeyDiscovery(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(home, "admin.key"), []byte(testKey+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	badHome := t.TempDir()
+	if err := os.WriteFile(filepath.Join(badHome, "admin.key"), []byte("sk_old\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	empty := t.TempDir()
+	cwd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const refused = "space: missing or unknown API key\n"
+	// How to set a key: every refusal says it.
+	const how = "  set SPACE_API_KEY or pass --key, or set SPACE_HOME to the spaced home that holds admin.key\n"
 	tests := []struct {
 		name     string
 		env      map[string]string
 		args     []string
 		wantCode int
-		wantErr  string
+		wantErr  string // the first lines of stderr
 	}{
 		{"env key", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_API_KEY": testKey}, nil, 0, ""},
 		{"key file in SPACE_HOME", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_HOME": home}, nil, 0, ""},
 		{"env key wins over the file", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_HOME": home, "SPACE_API_KEY": "wrong"}, nil,
-			1, "space: missing or unknown API key\n"},
+			1, refused + "  the key came from SPACE_API_KEY\n" + how},
 		{"--key wins over env", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_API_KEY": "wrong"}, []string{"--key", testKey}, 0, ""},
+		{"wrong --key", map[string]string{"SPACE_URL": f.srv.URL}, []string{"--key", "wrong"}, 1, refused + "  the key came from --key\n" + how},
+		{"stale key file", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_HOME": badHome}, nil,
+			1, refused + "  the key came from the file " + filepath.Join(badHome, "admin.key") + "\n" + how},
 		{"--url wins over env", map[string]string{"SPACE_URL": "http://127.0.0.1:1", "SPACE_API_KEY": testKey}, []string{"--url", f.srv.URL}, 0, ""},
-		{"no key anywhere", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_HOME": t.TempDir()}, nil,
-			1, "space: missing or unknown API key\n"},
+		{"no key anywhere", map[string]string{"SPACE_URL": f.srv.URL, "SPACE_HOME": empty}, nil,
+			1, refused + "  no API key: --key not given, SPACE_API_KEY not set, no file " + filepath.Join(empty, "admin.key") + "\n" + how},
+		// Run from a directory without .space: the path it looked at is absolute.
+		{"no key in ./.space", map[string]string{"SPACE_URL": f.srv.URL}, nil,
+			1, refused + "  no API key: --key not given, SPACE_API_KEY not set, no file " + filepath.Join(cwd, ".space", "admin.key") + "\n" + how},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			args := append(append([]string{}, tt.args...), "ls")
 			code, _, errOut := f.cli(t, tt.env, nil, args...)
-			if code != tt.wantCode || errOut != tt.wantErr {
-				t.Errorf("exit %d, stderr %q; want %d, %q", code, errOut, tt.wantCode, tt.wantErr)
+			if code != tt.wantCode || !strings.HasPrefix(errOut, tt.wantErr) || (tt.wantErr == "") != (errOut == "") {
+				t.Errorf("exit %d, stderr %q; want %d, %q...", code, errOut, tt.wantCode, tt.wantErr)
 			}
 		})
 	}
@@ -886,6 +951,7 @@ func (ft *fakeTerminal) NotifyResize(ch chan<- struct{}) func() {
 func TestShell(t *testing.T) {
 	f := newFake(t)
 	seed(f)
+	f.passwd = "user:x:1000:1000::/home/user:/bin/bash\n"
 	ft := &fakeTerminal{cols: 100, rows: 30, registered: make(chan struct{})}
 	stdinR, stdinW := io.Pipe()
 	defer stdinW.Close()
@@ -927,7 +993,7 @@ func TestShell(t *testing.T) {
 		t.Fatal("shell did not end after the remote shell exited")
 	}
 
-	jsonEqual(t, `{"cmd":["/bin/sh"],"env":{"TERM":"vt100"},"background":true,"pty":{"cols":100,"rows":30}}`,
+	jsonEqual(t, `{"cmd":["/bin/bash","-l"],"env":{"TERM":"vt100"},"background":true,"pty":{"cols":100,"rows":30}}`,
 		f.body("POST /v1/sandboxes/sbx_a/exec"))
 	f.mu.Lock()
 	if diff := cmp.Diff([]client.PTYSize{{Cols: 120, Rows: 40}}, f.resizes); diff != "" {
@@ -971,5 +1037,151 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestShellEndOfInput: with standard input a file (not a terminal), the shell gets no PTY, what
+// the file holds goes to it, its end closes the shell's standard input, and space shell ends with
+// the shell's status.
+func TestShellEndOfInput(t *testing.T) {
+	f := newFake(t)
+	seed(f)
+	done := make(chan int, 1)
+	var stdout, stderr string
+	go func() {
+		var code int
+		code, stdout, stderr = f.cli(t, nil, strings.NewReader("echo hi\n"), "shell", "sbx_a")
+		done <- code
+	}()
+	select {
+	case code := <-done:
+		if code != 3 {
+			t.Errorf("exit %d, want the shell's 3 (stderr %q)", code, stderr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("space shell did not end at the end of its input")
+	}
+	if want := "$ echo hi\r\n$ "; stdout != want {
+		t.Errorf("stdout %q, want %q", stdout, want)
+	}
+	jsonEqual(t, `{"cmd":["/bin/sh","-l"],"background":true}`, f.body("POST /v1/sandboxes/sbx_a/exec"))
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if n := len(f.requests); n < 2 || f.requests[n-1] != "POST /v1/sandboxes/sbx_a/processes/42/stdin?eof=true" {
+		t.Errorf("last request %q, want stdin closed", f.requests[n-1])
+	}
+}
+
+func TestShellLoginShell(t *testing.T) {
+	tests := []struct {
+		name   string
+		passwd string // "" fails the lookup
+		args   []string
+		want   string // the background exec's cmd, as JSON
+	}{
+		{"bash", "user:x:1000:1000::/home/user:/bin/bash\n", nil, `["/bin/bash","-l"]`},
+		{"zsh, first entry", "dev:x:1001:1001::/home/dev:/usr/bin/zsh\nother:x:1:1::/:/bin/bash\n", nil, `["/usr/bin/zsh","-l"]`},
+		{"nologin", "nobody:x:65534:65534::/nonexistent:/usr/sbin/nologin\n", nil, `["/bin/sh","-l"]`},
+		{"false", "svc:x:999:999::/:/bin/false\n", nil, `["/bin/sh","-l"]`},
+		{"no shell field", "user:x:1000:1000::/home/user:\n", nil, `["/bin/sh","-l"]`},
+		{"relative shell", "user:x:1000:1000::/home/user:bash\n", nil, `["/bin/sh","-l"]`},
+		{"garbage", "getent: not found\n", nil, `["/bin/sh","-l"]`},
+		{"lookup fails", "", nil, `["/bin/sh","-l"]`},
+		{"a command is not looked up", "user:x:1000:1000::/home/user:/bin/bash\n", []string{"--", "python3", "-q"}, `["python3","-q"]`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			seed(f)
+			f.passwd = tt.passwd
+			args := append([]string{"shell", "sbx_a"}, tt.args...)
+			if code, _, errOut := f.cli(t, nil, strings.NewReader(""), args...); code != 3 {
+				t.Fatalf("exit %d, stderr %q", code, errOut)
+			}
+			jsonEqual(t, `{"cmd":`+tt.want+`,"background":true}`, f.body("POST /v1/sandboxes/sbx_a/exec"))
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			execs := 0
+			for _, r := range f.requests {
+				if r == "POST /v1/sandboxes/sbx_a/exec" {
+					execs++
+				}
+			}
+			if want := map[bool]int{true: 1, false: 2}[len(tt.args) > 0]; execs != want {
+				t.Errorf("%d execs, want %d", execs, want)
+			}
+		})
+	}
+	// An unknown sandbox is an error, not a fallback.
+	f := newFake(t)
+	if code, _, errOut := f.cli(t, nil, nil, "shell", "sbx_nope"); code != 1 || !strings.Contains(errOut, "not found") {
+		t.Errorf("unknown sandbox: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	f := newFake(t)
+	code, out, errOut := f.cli(t, nil, nil, "version")
+	if want := "space dev\nspaced 0.1.0-test (" + f.srv.URL + ")\n"; code != 0 || out != want || errOut != "" {
+		t.Errorf("version: exit %d, stdout %q, stderr %q; want %q", code, out, errOut, want)
+	}
+	code, out, _ = f.cli(t, nil, nil, "version", "--json")
+	if code != 0 {
+		t.Errorf("version --json: exit %d", code)
+	}
+	jsonEqual(t, `{"cli":"dev","server":"0.1.0-test","url":"`+f.srv.URL+`"}`, out)
+
+	// No server: the CLI's version still, and a note of why the server's is missing.
+	code, out, errOut = f.cli(t, map[string]string{"SPACE_URL": "http://127.0.0.1:1", "SPACE_API_KEY": testKey}, nil, "version")
+	if code != 0 || out != "space dev\n" || !strings.HasPrefix(errOut, "space: server http://127.0.0.1:1: ") {
+		t.Errorf("no server: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	// A server that refuses the key: the note says where the key came from.
+	code, out, errOut = f.cli(t, map[string]string{"SPACE_URL": f.srv.URL, "SPACE_API_KEY": "wrong"}, nil, "version")
+	if code != 0 || out != "space dev\n" || !strings.Contains(errOut, "unknown API key") || !strings.Contains(errOut, "the key came from SPACE_API_KEY") {
+		t.Errorf("refused key: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+// TestCreateWaiting: a create that does not answer at once says on stderr what it waits for —
+// a template not built yet, or only the server — and how long it has waited; a quick one says
+// nothing.
+func TestCreateWaiting(t *testing.T) {
+	tests := []struct {
+		name      string
+		built     []string
+		args      []string
+		wantFirst string
+	}{
+		{"base not built", []string{"minimal"}, nil, "space: template base is not built yet; the server is building it"},
+		{"named template not built", nil, []string{"--template", "app"}, "space: template app is not built yet"},
+		{"template built", []string{"base"}, nil, "space: waiting for the server to start the sandbox\n"},
+		{"from a snapshot", nil, []string{"--from-snapshot", "snp_1"}, "space: waiting for the server to start the sandbox\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFake(t)
+			f.templates, f.release = tt.built, make(chan struct{})
+			var stdout, stderr syncBuffer
+			a := &app{
+				ctx: context.Background(), stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
+				getenv: envMap{"SPACE_URL": f.srv.URL, "SPACE_API_KEY": testKey}.get, slowAfter: 20 * time.Millisecond,
+			}
+			done := make(chan int, 1)
+			go func() { done <- a.main(append([]string{"create"}, tt.args...)) }()
+			waitFor(t, "the second note", func() bool { return strings.Contains(stderr.String(), "space: still waiting (") })
+			close(f.release)
+			if code := <-done; code != 0 || stdout.String() != "sbx_1\n" {
+				t.Fatalf("exit %d, stdout %q", code, stdout.String())
+			}
+			if got := stderr.String(); !strings.HasPrefix(got, tt.wantFirst) {
+				t.Errorf("stderr %q, want it to start %q", got, tt.wantFirst)
+			}
+		})
+	}
+	// A quick create says nothing.
+	f := newFake(t)
+	if code, out, errOut := f.cli(t, nil, nil, "create"); code != 0 || out != "sbx_1\n" || errOut != "" {
+		t.Errorf("quick create: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}
 }

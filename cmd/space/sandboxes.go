@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -44,7 +46,17 @@ func (a *app) cmdCreate(args []string) error {
 	if err != nil {
 		return err
 	}
+	// A create waits for its template: base is built on spaced's first start, for minutes.
+	template := req.Template
+	if template == "" && req.FromSnapshot == "" {
+		template = "base"
+	}
+	created := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { a.noteSlowCreate(c, template, created) })
 	sb, err := c.CreateSandbox(a.ctx, req)
+	close(created)
+	wg.Wait()
 	if err != nil {
 		return err
 	}
@@ -53,6 +65,60 @@ func (a *app) cmdCreate(args []string) error {
 	}
 	fmt.Fprintln(a.stdout, sb.ID)
 	return nil
+}
+
+// noteSlowCreate says on stderr what a create that has not answered after a few seconds waits
+// for, and then how long it has waited, every half minute, until created is closed. The API has
+// no build progress of a built-in template (spaced logs it), so the note says only whether the
+// template is built yet.
+func (a *app) noteSlowCreate(c *client.Client, template string, created <-chan struct{}) {
+	first, every := a.slowAfter, 30*time.Second
+	if first == 0 {
+		first = 3 * time.Second
+	} else {
+		every = first
+	}
+	start := time.Now()
+	timer := time.NewTimer(first)
+	defer timer.Stop()
+	select {
+	case <-created:
+		return
+	case <-timer.C:
+	}
+	msg := "space: waiting for the server to start the sandbox"
+	if template != "" && !a.templateBuilt(c, template) {
+		msg = fmt.Sprintf("space: template %s is not built yet; the server is building it (base takes a few minutes "+
+			"on spaced's first start; its progress is in spaced's log)", template)
+	}
+	fmt.Fprintln(a.stderr, msg)
+	ticker := time.NewTicker(every)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-created:
+			return
+		case <-ticker.C:
+			fmt.Fprintf(a.stderr, "space: still waiting (%s)\n", time.Since(start).Round(time.Second))
+		}
+	}
+}
+
+// templateBuilt reports whether the server lists template as built; when it cannot tell, true
+// (the note then claims nothing about the template).
+func (a *app) templateBuilt(c *client.Client, template string) bool {
+	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+	defer cancel()
+	list, err := c.ListTemplates(ctx)
+	if err != nil {
+		return true
+	}
+	for _, t := range list {
+		if t.Name == template {
+			return true
+		}
+	}
+	return false
 }
 
 func (a *app) cmdList(args []string) error {

@@ -6,8 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
+	"path"
+	"strings"
 	"syscall"
 
 	"golang.org/x/term"
@@ -64,9 +67,12 @@ func (t osTerminal) NotifyResize(ch chan<- struct{}) func() {
 	}
 }
 
-// cmdShell runs an interactive shell: the command runs in the background with a PTY of the
-// terminal's size, its output comes from the process's event stream, keystrokes go to its
-// standard input one read at a time, and window size changes follow. It ends with the shell.
+// cmdShell runs a shell: the command runs in the background, its output comes from the
+// process's event stream and what standard input yields goes to its standard input one read at
+// a time. Without a command it is the sandbox user's login shell (loginShell). On a terminal the
+// process gets a PTY of the terminal's size, which follows window size changes; otherwise (input
+// from a file or a pipe, as `ssh -T`) it gets none, and the end of input closes its standard
+// input, so that the shell reads EOF and exits. It ends with the process, with its status.
 func (a *app) cmdShell(args []string) error {
 	fs := a.newFlagSet("shell", "ID [-- CMD ARGS...]")
 	pos, argv, err := parseArgs(fs, args, 1)
@@ -76,32 +82,33 @@ func (a *app) cmdShell(args []string) error {
 	if len(pos) != 1 {
 		return usagef("shell needs a sandbox ID")
 	}
-	if len(argv) == 0 {
-		argv = []string{"/bin/sh"}
-	}
 	c, err := a.connect()
 	if err != nil {
 		return err
 	}
 	id := pos[0]
 
+	ctx, cancel := context.WithCancel(a.ctx)
+	defer cancel()
+	if len(argv) == 0 {
+		if argv, err = loginShell(ctx, c, id); err != nil {
+			return err
+		}
+	}
+	req := client.ExecRequest{Cmd: argv}
 	tty := a.term != nil && a.term.IsTerminal()
-	size := client.PTYSize{Cols: 80, Rows: 24}
 	if tty {
+		size := client.PTYSize{Cols: 80, Rows: 24}
 		if cols, rows, err := a.term.Size(); err == nil && cols > 0 && rows > 0 {
 			size = client.PTYSize{Cols: cols, Rows: rows}
 		}
+		termName := a.getenv("TERM")
+		if termName == "" {
+			termName = "xterm-256color"
+		}
+		req.PTY, req.Env = &size, map[string]string{"TERM": termName}
 	}
-	termName := a.getenv("TERM")
-	if termName == "" {
-		termName = "xterm-256color"
-	}
-
-	ctx, cancel := context.WithCancel(a.ctx)
-	defer cancel()
-	pid, err := c.ExecBackground(ctx, id, client.ExecRequest{
-		Cmd: argv, PTY: &size, Env: map[string]string{"TERM": termName},
-	})
+	pid, err := c.ExecBackground(ctx, id, req)
 	if err != nil {
 		return err
 	}
@@ -124,7 +131,7 @@ func (a *app) cmdShell(args []string) error {
 		defer stop()
 		go a.followResize(ctx, c, id, pid, resized)
 	}
-	go a.pumpStdin(ctx, c, id, pid)
+	go a.pumpStdin(ctx, c, id, pid, tty)
 
 	res, err := client.FollowExec(events, func(ev client.ExecEvent) error {
 		switch ev.Type {
@@ -143,9 +150,58 @@ func (a *app) cmdShell(args []string) error {
 	return exitCode(res.ExitCode)
 }
 
-// pumpStdin posts what standard input yields to the process, each read as it comes; at the end
-// of input it closes the process's standard input.
-func (a *app) pumpStdin(ctx context.Context, c *client.Client, id string, pid int) {
+// fallbackShell is the shell of a sandbox whose user has no usable login shell.
+func fallbackShell() []string { return []string{"/bin/sh", "-l"} }
+
+// loginShellLookup prints the passwd entry of the user commands run as, through NSS if the image
+// has getent, else from /etc/passwd.
+const loginShellLookup = `u=$(id -un) && { getent passwd "$u" || grep "^$u:" /etc/passwd; }`
+
+// loginShell returns the command line of the login shell of the sandbox's user (the one its
+// commands run as), from the sandbox's own passwd database: [shell, "-l"], or /bin/sh -l when
+// the lookup finds no usable shell. Only an API failure is an error.
+func loginShell(ctx context.Context, c *client.Client, id string) ([]string, error) {
+	res, err := c.Exec(ctx, id, client.ExecRequest{Cmd: []string{"/bin/sh", "-c", loginShellLookup}, TimeoutSeconds: 10})
+	if err != nil {
+		var ae *client.Error
+		if errors.As(err, &ae) && ae.Status < 500 && ae.Status != http.StatusNotFound && ae.Status != http.StatusUnauthorized {
+			// The image cannot run the lookup (no /bin/sh, say): the fallback may still work.
+			return fallbackShell(), nil
+		}
+		return nil, err
+	}
+	if res.ExitCode != 0 {
+		return fallbackShell(), nil
+	}
+	if sh := passwdShell(res.Stdout); sh != "" {
+		return []string{sh, "-l"}, nil
+	}
+	return fallbackShell(), nil
+}
+
+// passwdShell returns the login shell of the first passwd entry in out, or "" when there is none
+// usable: not an absolute path, or one that refuses logins (nologin, false).
+func passwdShell(out string) string {
+	line, _, _ := strings.Cut(out, "\n")
+	f := strings.Split(strings.TrimRight(line, "\r"), ":")
+	if len(f) != 7 {
+		return ""
+	}
+	sh := f[6]
+	if !path.IsAbs(sh) {
+		return ""
+	}
+	switch path.Base(sh) {
+	case "nologin", "false":
+		return ""
+	}
+	return sh
+}
+
+// pumpStdin posts what standard input yields to the process, each read as it comes. At the end
+// of input it closes the process's standard input; a PTY has no standard input of its own to
+// close, so it gets the terminal's end-of-file character (^D) instead.
+func (a *app) pumpStdin(ctx context.Context, c *client.Client, id string, pid int, pty bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := a.stdin.Read(buf)
@@ -155,7 +211,11 @@ func (a *app) pumpStdin(ctx context.Context, c *client.Client, id string, pid in
 			}
 		}
 		if errors.Is(err, io.EOF) {
-			c.CloseStdin(ctx, id, pid) //nolint:errcheck // the shell may be gone already
+			if pty {
+				c.WriteStdin(ctx, id, pid, strings.NewReader("\x04"), false) //nolint:errcheck // the shell may be gone already
+			} else {
+				c.CloseStdin(ctx, id, pid) //nolint:errcheck // the shell may be gone already
+			}
 			return
 		}
 		if err != nil || ctx.Err() != nil {

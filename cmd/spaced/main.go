@@ -1,11 +1,13 @@
 // Command spaced is SPACE's daemon: the control plane and the node in one process. `spaced serve`
 // loads the configuration, installs the admin key, re-adopts sandboxes of an earlier run and
-// serves the HTTP API until SIGINT or SIGTERM. Sandboxes outlive spaced.
+// serves the HTTP API until SIGINT or SIGTERM. Sandboxes outlive spaced. `spaced version` prints
+// its version, `spaced help` (or -h, --help) its usage.
 package main
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -39,24 +41,39 @@ import (
 var version = "dev"
 
 func main() {
-	os.Exit(run(os.Args[1:], os.Stderr))
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
-func run(args []string, stderr io.Writer) int {
+const usage = `usage: spaced COMMAND
+
+commands:
+  serve [flags]  serve the HTTP API (spaced serve -h lists the flags and their variables)
+  version        print spaced's version
+  help           print this
+`
+
+// run runs spaced with args (without the program name) and returns the exit status.
+func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: spaced serve [flags] | spaced version")
+		fmt.Fprint(stderr, usage)
 		return 2
 	}
 	switch args[0] {
-	case "version":
-		fmt.Println(version)
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	case "version", "-version", "--version":
+		fmt.Fprintf(stdout, "spaced %s\n", version)
 		return 0
 	case "serve":
 	default:
-		fmt.Fprintf(stderr, "spaced: unknown command %q (want serve or version)\n", args[0])
+		fmt.Fprintf(stderr, "spaced: unknown command %q (want serve or version; see spaced help)\n", args[0])
 		return 2
 	}
 	cfg, err := config.Load(args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0 // the flag package has printed serve's flags
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "spaced: %v\n", err)
 		return 2

@@ -140,7 +140,7 @@ func newEnvWith(t *testing.T, svc services, tweak ...func(*sandbox.Config)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(), pool: newLoopPool(), imageDir: t.TempDir()}
+	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(t.TempDir()), pool: newLoopPool(), imageDir: t.TempDir()}
 	vault := credentials.New(credentials.Config{Store: st, Box: svc.secrets, Logger: log})
 	e.vault = vault
 	e.newMgr = func() *sandbox.Manager {

@@ -15,6 +15,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"time"
+
+	"github.com/space-sandbox/space/internal/crashpoint"
 )
 
 // Config is spaced's configuration.
@@ -45,6 +47,9 @@ type Config struct {
 	ExecSpoolMiB   int64         // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
 	LogLevel       string        // SPACE_LOG_LEVEL: debug|info|warn|error
 	Debug          bool          // SPACE_DEBUG: runsc debug logs
+	// CrashAt (SPACE_CRASH_AT), for the crash-point tests only: spaced kills itself with SIGKILL
+	// when an operation reaches this step (internal/crashpoint). Empty in production.
+	CrashAt string
 }
 
 var instanceRE = regexp.MustCompile(`^[0-9a-f]{4}$`)
@@ -90,6 +95,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.Int64Var(&c.ExecSpoolMiB, "exec-spool-mib", int64(atoiDefault(env("SPACE_EXEC_SPOOL_MIB", ""), 1024)), "MiB of disk under $SPACE_HOME/spool that the output of commands answered as one JSON object may hold at once (SPACE_EXEC_SPOOL_MIB)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
 	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
+	c.CrashAt = getenv("SPACE_CRASH_AT")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -162,6 +168,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSandboxes <= 0 {
 		errs = append(errs, fmt.Errorf("max sandboxes %d: want > 0", c.MaxSandboxes))
+	}
+	if c.CrashAt != "" && !crashpoint.Valid(c.CrashAt) {
+		errs = append(errs, fmt.Errorf("crash point %q: not a step (internal/crashpoint)", c.CrashAt))
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

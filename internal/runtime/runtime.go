@@ -129,6 +129,15 @@ type Thawer interface {
 	Thaw(ctx context.Context, id string) error
 }
 
+// Prober is the optional ability to tell cheaply, without starting a process, whether a
+// sandbox's runtime still runs: the health check asks it for every running sandbox every few
+// seconds. Alive may answer true for a runtime the driver cannot vouch for only if State would;
+// a false answer is confirmed with State before anything is done about it. Safe to call
+// concurrently with any other method.
+type Prober interface {
+	Alive(ctx context.Context, id string) bool
+}
+
 // Usage is what a sandbox uses now.
 type Usage struct {
 	CPUSeconds  float64 // CPU time used since it started

@@ -160,7 +160,7 @@ func newTestEnv(t *testing.T, tweak ...func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { chunks.Close() })
-	e := &testEnv{t: t, dir: dir, drv: fake.New(), pool: newLoopPool(), raw: raw, chunks: chunks,
+	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), pool: newLoopPool(), raw: raw, chunks: chunks,
 		st: &recordingStore{Store: raw, edges: map[edge]int{}}, stateDir: filepath.Join(dir, "state")}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {

@@ -196,6 +196,23 @@ func (d *Daemon) Kill() {
 	d.logf.Close()
 }
 
+// WaitExit waits up to timeout for spaced to exit by itself (a crash point) and returns how it
+// ended; an error if it is still running then.
+func (d *Daemon) WaitExit(timeout time.Duration) (*os.ProcessState, error) {
+	if d.cmd == nil {
+		return nil, errors.New("spaced is not running")
+	}
+	select {
+	case <-d.done:
+		ps := d.cmd.ProcessState
+		d.cmd = nil
+		d.logf.Close()
+		return ps, nil
+	case <-time.After(timeout):
+		return nil, fmt.Errorf("spaced still running after %s", timeout)
+	}
+}
+
 // Restart starts spaced again on the same home, port and key.
 func (d *Daemon) Restart(ctx context.Context) error { return d.launch(ctx) }
 

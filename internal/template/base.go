@@ -22,7 +22,7 @@ import (
 
 // baseVersion changes whenever buildBase makes a different tree from the same baseSpec (for
 // example finishBase writes other files). Changes to baseSpec change the hash by themselves.
-const baseVersion = 1
+const baseVersion = 2
 
 // baseSpec is everything that decides what the base template contains, apart from the mirror's
 // current package versions. Its options are the recipe's hash input, so a template is rebuilt
@@ -38,7 +38,8 @@ type baseSpec struct {
 }
 
 // defaultBaseSpec is Debian bookworm minbase plus what a coding agent reaches for first: Python
-// with the common data-science libraries, Node.js with npm, git and curl. Recommends are not
+// with the common data-science libraries, pip and venv (so that an agent can install more when
+// its egress policy allows the package index), Node.js with npm, git and curl. Recommends are not
 // installed (mmdebstrap's default) and documentation, man pages and translations are left out.
 // The C.UTF-8 locale is part of libc-bin, so dropping /usr/share/locale keeps it.
 func defaultBaseSpec() baseSpec {
@@ -48,6 +49,7 @@ func defaultBaseSpec() baseSpec {
 		packages: []string{
 			"bash", "ca-certificates", "curl", "git", "procps",
 			"python3", "python3-matplotlib", "python3-numpy", "python3-openpyxl", "python3-pandas", "python3-scipy",
+			"python3-pip", "python3-venv",
 			"nodejs", "npm",
 		},
 		aptOpts: []string{
@@ -259,6 +261,9 @@ func finishBase(s *Store, rootfs string) error {
 		{"etc/resolv.conf", 0o644, ""},
 		// The agent's mount point: drivers bind-mount the agent here.
 		{".space/space-agent", 0o755, ""},
+		// Debian marks its Python as externally managed (PEP 668), so a plain `pip install`
+		// refuses; in a sandbox nobody else manages it. As user, pip then installs to ~/.local.
+		{"etc/pip.conf", 0o644, "[global]\nbreak-system-packages = true\n"},
 	}
 	root, err := confine.Open(rootfs)
 	if err != nil {

@@ -292,15 +292,21 @@ func TestScanLines(t *testing.T) {
 }
 
 // baseCacheDir keeps the base template between test runs: building it takes minutes, so a
-// machine pays once and later runs reuse it while the recipe hash is unchanged.
-const baseCacheDir = "/var/cache/space-test/templates"
+// machine pays once and later runs reuse it while the recipe hash is unchanged. SPACE_TEMPLATES_DIR
+// names another (a tree whose recipe differs would otherwise evict the machine's shared cache).
+func baseCacheDir() string {
+	if d := os.Getenv("SPACE_TEMPLATES_DIR"); d != "" {
+		return d
+	}
+	return "/var/cache/space-test/templates"
+}
 
 func TestBuildBase(t *testing.T) {
 	testutil.RequiresRoot(t)
 	if _, err := exec.LookPath("mmdebstrap"); err != nil {
 		t.Fatal("mmdebstrap missing: apt-get install mmdebstrap")
 	}
-	s, err := New(Config{Dir: baseCacheDir, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	s, err := New(Config{Dir: baseCacheDir(), Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,6 +344,13 @@ func TestBuildBase(t *testing.T) {
 		{[]string{"python3", "-c", "import pandas, numpy, scipy, matplotlib, openpyxl; print('ok', numpy.__version__)"}, "ok "},
 		{[]string{"node", "--version"}, "v"},
 		{[]string{"npm", "--version"}, "."},
+		{[]string{"pip", "--version"}, "python 3"},
+		// venv seeds pip through ensurepip, which Debian disables without python3-venv. (A
+		// real venv is made in a sandbox by e2e TestPipAndVenv: here it would land in the cache.)
+		{[]string{"python3", "-m", "ensurepip", "--version"}, "pip "},
+		// /etc/pip.conf lifts PEP 668's refusal of a plain `pip install`: pip goes on to look
+		// for the package (in no index here).
+		{[]string{"sh", "-c", "pip --no-cache-dir install --no-index space-no-such-package 2>&1; true"}, "No matching distribution"},
 		{[]string{"git", "--version"}, "git version"},
 		{[]string{"curl", "--version"}, "curl "},
 		{[]string{"bash", "-c", "echo $BASH_VERSION"}, "."},

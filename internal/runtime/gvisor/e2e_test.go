@@ -220,6 +220,48 @@ func (h *host) exec(ctx context.Context, id string, argv ...string) (string, err
 	return string(out), err
 }
 
+// writeFile writes data to path in sandbox id, from the stdin of `runsc exec`.
+func (h *host) writeFile(ctx context.Context, id, path string, data []byte) error {
+	stateDir, err := h.stateDirOf(id)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, h.runsc, "--root="+filepath.Join(stateDir, "runsc"), "exec", id,
+		"/bin/sh", "-c", `cat > "$1"`, "sh", path)
+	cmd.Stdin = bytes.NewReader(data)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("write %s: %v: %s", path, err, out)
+	}
+	return nil
+}
+
+// readFile reads path in sandbox id.
+func (h *host) readFile(ctx context.Context, id, path string) ([]byte, error) {
+	stateDir, err := h.stateDirOf(id)
+	if err != nil {
+		return nil, err
+	}
+	var stdout, stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, h.runsc, "--root="+filepath.Join(stateDir, "runsc"), "exec", id, "/bin/cat", path)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("read %s: %v: %s", path, err, stderr.Bytes())
+	}
+	return stdout.Bytes(), nil
+}
+
+// pause leaves sandbox id paused with `runsc pause`, as a crash of spaced mid-freeze would.
+func (h *host) pause(ctx context.Context, id string) error {
+	stateDir, err := h.stateDirOf(id)
+	if err != nil {
+		return err
+	}
+	if out, err := exec.CommandContext(ctx, h.runsc, "--root="+filepath.Join(stateDir, "runsc"), "pause", id).CombinedOutput(); err != nil {
+		return fmt.Errorf("runsc pause %s: %v: %s", id, err, out)
+	}
+	return nil
+}
+
 // leftovers lists what exists on the host for sandbox id of the driver at stateDir, or for any
 // sandbox of it when id is empty: processes, mounts, cgroups and files. It is written apart from
 // the driver's own cleanup code, on purpose.
@@ -278,6 +320,9 @@ func (h *host) env() runtimetest.Env {
 		NewNetwork:   func(t *testing.T) (runtime.Network, func()) { return h.newNetwork(t) },
 		Exec:         h.exec,
 		StartProcess: h.startProcess,
+		WriteFile:    h.writeFile,
+		ReadFile:     h.readFile,
+		Pause:        h.pause,
 		Leftovers: func(t *testing.T, id string) []string {
 			// Deleted sandboxes have no directory left to find the state dir by: check all.
 			dirs, _ := filepath.Glob(filepath.Join(h.base, "state-*"))

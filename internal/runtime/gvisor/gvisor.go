@@ -81,6 +81,16 @@ type Driver struct {
 	// mu orders making a sandbox directory against removing instance-wide leftovers (the
 	// cgroup parent, runsc's shared null netns), which happens only when no sandbox is left.
 	mu sync.Mutex
+
+	// alive caches, per sandbox, the host process runsc last reported running it (ID →
+	// procID): Alive reads /proc instead of running `runsc state`.
+	alive sync.Map
+}
+
+// procID names one host process across PID reuse.
+type procID struct {
+	pid   int
+	start string // field 22 of /proc/<pid>/stat: start time in clock ticks since boot
 }
 
 var (
@@ -88,6 +98,7 @@ var (
 	_ runtime.LayerExporter = (*Driver)(nil)
 	_ runtime.Checkpointer  = (*Driver)(nil)
 	_ runtime.Thawer        = (*Driver)(nil)
+	_ runtime.Prober        = (*Driver)(nil)
 )
 
 // validID matches the IDs the driver accepts: they name directories, cgroups and runsc
@@ -345,11 +356,27 @@ func (d *Driver) State(ctx context.Context, id string) (runtime.State, error) {
 	return runtime.StateUnknown, nil
 }
 
+// Alive implements runtime.Prober: the sandbox process runsc last reported running still runs
+// (same PID, same start time, not a zombie). Without such a report it asks runsc.
+func (d *Driver) Alive(ctx context.Context, id string) bool {
+	if v, ok := d.alive.Load(id); ok {
+		p := v.(procID)
+		if start, ok := procStart(p.pid); ok && start == p.start && !exited(p.pid) {
+			return true
+		}
+		d.alive.Delete(id)
+		return false
+	}
+	st, err := d.State(ctx, id)
+	return err == nil && st == runtime.StateRunning
+}
+
 // Delete implements runtime.Driver.
 func (d *Driver) Delete(ctx context.Context, id string) error {
 	if !validID.MatchString(id) {
 		return errdefs.InvalidArgument(fmt.Sprintf("invalid sandbox ID %q", id))
 	}
+	d.alive.Delete(id)
 	if err := d.remove(ctx, id); err != nil {
 		return fmt.Errorf("gvisor: delete %s: %w", id, err)
 	}
@@ -568,7 +595,15 @@ func (d *Driver) runscState(ctx context.Context, id string) (status string, know
 	// runsc probes its sandbox process with signal 0, which succeeds for a zombie; the
 	// sandbox has exited (say after a checkpoint) but waits for an init that reaps slowly.
 	if (st.Status == "running" || st.Status == "paused") && st.Pid > 0 && exited(st.Pid) {
+		d.alive.Delete(id)
 		return "stopped", true, nil
+	}
+	if st.Status == "running" && st.Pid > 0 {
+		if start, ok := procStart(st.Pid); ok {
+			d.alive.Store(id, procID{pid: st.Pid, start: start})
+		}
+	} else {
+		d.alive.Delete(id)
 	}
 	return st.Status, true, nil
 }

@@ -49,6 +49,25 @@ func isSandboxCmdline(cmdline, rootFlag []byte, id string) bool {
 		slices.ContainsFunc(args, func(a []byte) bool { return bytes.Equal(a, rootFlag) })
 }
 
+// procStart returns the start time of process pid (field 22 of its stat line), which tells a
+// process from a later one that reuses its PID.
+func procStart(pid int) (string, bool) {
+	//confine:host the host's /proc
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", false
+	}
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(string(stat[i+1:])) // from field 3 (state) on
+	if len(f) < 20 {
+		return "", false
+	}
+	return f[19], true
+}
+
 // exited reports whether process pid is gone or a zombie.
 func exited(pid int) bool {
 	//confine:host the host's /proc

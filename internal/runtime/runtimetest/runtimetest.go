@@ -1,7 +1,10 @@
 // Package runtimetest is the conformance suite for runtime.Driver: every driver's tests call Run
 // with a real root filesystem, agent binary and network slots, and the suite checks the contract
-// written on the interface (lifecycle, idempotent Delete, cleanup after failures, concurrency,
-// and checkpoint/restore for drivers that are runtime.Checkpointers). Only _test.go files import
+// written on the interface (lifecycle, idempotent Delete, cleanup after failures, concurrency)
+// and, for drivers that have them, the optional abilities: checkpoint/restore
+// (runtime.Checkpointer), Freeze and WritableLayer (runtime.LayerCapturer), Thaw, ExportLayer
+// and Usage. A case for an ability the driver lacks is skipped (found by type assertion), as is
+// a case that needs an Env hook the driver's test does not provide. Only _test.go files import
 // it.
 package runtimetest
 
@@ -37,6 +40,15 @@ type Env struct {
 	// of the sandbox's init, not as a runtime-level exec session (gVisor, for one, kills those
 	// on restore). Optional: checking that processes survive checkpoint/restore needs it.
 	StartProcess func(ctx context.Context, id, cmd string) error
+	// WriteFile writes data to the file at path (absolute as the sandbox sees it, in a directory
+	// the template has, such as /root) in running sandbox id, through the sandbox; ReadFile reads
+	// one so. path must land at path in the sandbox's writable layer. Optional (both or
+	// neither): the cases that follow files through checkpoints, freezes and exports need them.
+	WriteFile func(ctx context.Context, id, path string, data []byte) error
+	ReadFile  func(ctx context.Context, id, path string) ([]byte, error)
+	// Pause leaves running sandbox id paused, as a caller that died in the middle of a Freeze
+	// would (gVisor: runsc pause). Optional: the Thaw case needs it.
+	Pause func(ctx context.Context, id string) error
 	// Leftovers lists what the driver left on the host for id (processes, mounts, files,
 	// cgroups…); nothing when clean. Optional, but every real driver should provide it.
 	Leftovers func(t *testing.T, id string) []string
@@ -56,6 +68,11 @@ func Run(t *testing.T, newDriver func(t *testing.T) runtime.Driver, env Env) {
 	t.Run("WritableLayer", s.testWritableLayer)
 	t.Run("CheckpointRestore", s.testCheckpointRestore)
 	t.Run("RestoreFailureLeavesNothing", s.testRestoreFailure)
+	t.Run("CheckpointKeepsFiles", s.testCheckpointKeepsFiles)
+	t.Run("Freeze", s.testFreeze)
+	t.Run("Thaw", s.testThaw)
+	t.Run("Usage", s.testUsage)
+	t.Run("ExportLayer", s.testExportLayer)
 }
 
 type suite struct {
