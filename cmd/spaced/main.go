@@ -25,6 +25,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/network"
@@ -198,6 +199,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	defer chunks.Close()
 
 	vault := credentials.New(credentials.Config{Store: st, Box: box, Logger: log})
+	crash := crashpoint.New(cfg.CrashAt, log) // nil unless a crash-point test asks
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool, DefaultTemplate: "base",
 		Capacity: func() (sandbox.Capacity, error) { return sandbox.HostCapacity(cfg.Home) },
@@ -207,7 +209,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
-		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Credentials: vault,
+		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Credentials: vault, Crash: crash,
 	})
 	if err != nil {
 		return err
@@ -238,7 +240,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	srv := &http.Server{
-		Handler: api.New(api.Config{Sandboxes: mgr, Templates: build.New(build.Config{Lifecycle: mgr, Store: templates, Logger: log}), Secrets: vault, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
+		Handler: api.New(api.Config{Sandboxes: mgr, Templates: build.New(build.Config{Lifecycle: mgr, Store: templates, Logger: log, Crash: crash}), Secrets: vault, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
 			SpoolDir: spoolDir, SpoolBytes: cfg.ExecSpoolMiB << 20}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,

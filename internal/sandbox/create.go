@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -52,6 +52,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
+	m.crash(crashpoint.CreateRecorded)
 	tRecord := time.Since(t0)
 	b := newBox(rec, spec)
 	b.mu.Lock()
@@ -64,6 +65,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	err = m.start(ctx, b, drv, tpl)
 	tStarted := time.Since(t0)
 	if err == nil {
+		m.crash(crashpoint.CreateStarted)
 		err = m.setState(pctx, b, StateRunning, "")
 	}
 	if err != nil {
@@ -313,7 +315,7 @@ func (m *Manager) abandon(ctx context.Context, b *box) {
 func (m *Manager) teardown(ctx context.Context, b *box) error {
 	err := m.stopRuntime(ctx, b, "stopped")
 	if m.cfg.StateDir != "" {
-		if rerr := os.RemoveAll(m.checkpointDir(b.rec.ID)); rerr != nil {
+		if rerr := m.removeCheckpoint(b.rec.ID); rerr != nil {
 			m.log.Error("remove checkpoint", "id", b.rec.ID, "err", rerr)
 			err = errors.Join(err, fmt.Errorf("remove checkpoint: %w", rerr))
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -35,10 +36,12 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 			return err
 		}
 	}
+	m.crash(crashpoint.DeleteDeleting)
 	if err := m.teardown(ctx, b); err != nil {
 		_ = m.setState(ctx, b, StateError, err.Error())
 		return fmt.Errorf("delete sandbox %s: %w", b.rec.ID, err)
 	}
+	m.crash(crashpoint.DeleteTornDown)
 	if err := m.setState(ctx, b, StateDeleted, reason); err != nil {
 		return err
 	}

@@ -16,7 +16,7 @@ func (m *Manager) EgressTarget(ip netip.Addr) (egress.Target, bool) {
 		if a := b.slotAddr.Load(); a != nil && *a == ip {
 			v := b.view.Load()
 			if v.State != StateRunning {
-				return egress.Target{}, false
+				continue // a stopped one may still show the address a new sandbox now has
 			}
 			t, ok := m.target(v.ID, v.Spec.Network.Egress)
 			t.Credentials = m.credentials(v.Tenant, v.Spec.Network.Credentials)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -69,6 +70,7 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 	if err != nil {
 		return nil, fmt.Errorf("fork %s: checkpoint: %w", id, err)
 	}
+	m.crash(crashpoint.ForkCheckpoint)
 
 	// The copies share the parent's files as they were: one read-only layer under each copy's
 	// own empty writable layer.
@@ -161,6 +163,7 @@ func (m *Manager) forkOne(ctx context.Context, cp runtime.Checkpointer, parent s
 		if err := old.Rotate(rctx, nb.rec.AccessToken); err != nil {
 			return fmt.Errorf("give the copy its token: %w", err)
 		}
+		m.crash(crashpoint.ForkCopy)
 		m.setClient(nb)
 		return m.setState(ctx, nb, StateRunning, "")
 	}()

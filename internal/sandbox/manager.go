@@ -17,6 +17,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
@@ -90,6 +91,8 @@ type Config struct {
 	Audit           Audit         // egress decisions of the gateway (optional)
 	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
 	Credentials     Credentials   // tenants' credential secrets (optional: no secrets without it)
+	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
+	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
 	// refused. Nil: no check.
 	Capacity func() (Capacity, error)
@@ -353,3 +356,6 @@ func (b *box) refresh() {
 		b.slotAddr.Store(nil)
 	}
 }
+
+// crash is a step of an operation where the crash-point tests may kill spaced.
+func (m *Manager) crash(step string) { m.cfg.Crash.At(step) }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
@@ -127,7 +128,10 @@ func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []
 		abs[i] = "/" + r
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel)) }()
+	go func() {
+		m.crash(crashpoint.RestorePaths)
+		pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel))
+	}()
 	err = b.client.RestoreTree(ctx, abs, pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
@@ -176,6 +180,7 @@ func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) error {
 			b.slot, b.rec.SlotIndex = nil, -1 // never claim a slot another sandbox may now hold
 		}
 	}
+	b.refresh() // its address is no longer its own (egress lookups)
 	return errors.Join(errs...)
 }
 
@@ -192,9 +197,10 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		return errdefs.InvalidArgument(fmt.Sprintf("snapshot %s is of runtime %s, the sandbox runs %s", sid, mf.Runtime, b.rec.Runtime))
 	}
 	m.stopRuntime(ctx, b, "stopped")
-	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+	if err := m.removeCheckpoint(b.rec.ID); err != nil {
 		return err
 	}
+	m.crash(crashpoint.RestoreWhole)
 	work := filepath.Join(m.cfg.StateDir, "work", newID("restore_", 12))
 	//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 	if err := os.MkdirAll(work, 0o700); err != nil {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/confine"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/image"
 	"github.com/space-sandbox/space/internal/sandbox"
@@ -50,13 +51,16 @@ type Config struct {
 	// Store keeps the templates; without it, listing, building and deleting templates fail.
 	Store  *template.Store
 	Logger *slog.Logger
+	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
+	Crash *crashpoint.Hook
 }
 
 // Builder lists, builds and deletes templates.
 type Builder struct {
-	lc  Lifecycle
-	ts  *template.Store
-	log *slog.Logger
+	lc    Lifecycle
+	ts    *template.Store
+	log   *slog.Logger
+	crash *crashpoint.Hook
 }
 
 // New returns a Builder.
@@ -64,7 +68,7 @@ func New(cfg Config) *Builder {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	return &Builder{lc: cfg.Lifecycle, ts: cfg.Store, log: cfg.Logger}
+	return &Builder{lc: cfg.Lifecycle, ts: cfg.Store, log: cfg.Logger, crash: cfg.Crash}
 }
 
 // Request builds a template from a parent template (or, later, an image) and steps.
@@ -300,6 +304,7 @@ func (m *Builder) runStep(ctx context.Context, tpl sandbox.Template, st Step, la
 			m.log.Error("remove build sandbox", "id", b.ID(), "err", derr)
 		}
 	}()
+	m.crash.At(crashpoint.BuildStarted)
 	switch {
 	case st.Run != "":
 		s, err := b.Agent().Start(ctx, agent.ExecRequest{Argv: []string{"/bin/sh", "-c", st.Run}, Env: tpl.Env, Cwd: tpl.WorkingDir, User: tpl.User})
@@ -327,6 +332,7 @@ func (m *Builder) runStep(ctx context.Context, tpl sandbox.Template, st Step, la
 	if err := b.ExportLayer(ctx, tmp); err != nil {
 		return fmt.Errorf("export layer: %w", err)
 	}
+	m.crash.At(crashpoint.BuildLayer)
 	if err := os.Rename(tmp, layer); err != nil {
 		os.RemoveAll(tmp)
 		//confine:host a template layer directory by the store's own path, not a path inside it
