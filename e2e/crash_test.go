@@ -44,6 +44,9 @@ func TestCrashPoints(t *testing.T) {
 	d := startSpaced(t, "SPACE_WARM_POOL=0")
 	c := d.Client
 	ctx := ctxT(t)
+	// A crash in the middle of the first build of base (which spaced starts by itself) would
+	// only make every restart begin it again: wait for it, as every later test needs it anyway.
+	waitTemplate(t, c, "base")
 	runner := crashVictimNew(t, c, "runner")
 	sleeper := crashVictimNew(t, c, "sleeper")
 	if _, err := c.PauseSandbox(ctx, sleeper.id); err != nil {
@@ -87,7 +90,7 @@ func TestCrashPoints(t *testing.T) {
 					t.Errorf("the operation was acknowledged although spaced died at %s (%v)", point, ps)
 				}
 			}
-			if !strings.Contains(d.Log(), `"point":"`+point+`"`) {
+			if !strings.Contains(d.Log(), "point="+point+"\n") {
 				t.Fatalf("spaced did not die at %s:\n%s", point, tail(d.Log(), 30))
 			}
 			d.Opts.Env = baseEnv
@@ -113,6 +116,27 @@ func TestCrashPoints(t *testing.T) {
 			}
 			crashOnly(t, c, bystanders)
 		})
+	}
+}
+
+// waitTemplate waits (up to 15 minutes: a first build of base) until template name is built.
+func waitTemplate(t *testing.T, c *client.Client, name string) {
+	t.Helper()
+	deadline := time.Now().Add(15 * time.Minute)
+	for {
+		tpls, err := c.ListTemplates(ctxT(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tp := range tpls {
+			if tp.Name == name {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("template %s not built within 15 minutes", name)
+		}
+		time.Sleep(time.Second)
 	}
 }
 

@@ -84,13 +84,16 @@ type Config struct {
 	DefaultEgress   string
 	ReapInterval    time.Duration // how often expiry is checked (default 1s)
 	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
-	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
-	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
-	StateDir        string        // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks          *cas.Store    // where snapshots live (snapshots need it and StateDir)
-	Audit           Audit         // egress decisions of the gateway (optional)
-	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
-	Credentials     Credentials   // tenants' credential secrets (optional: no secrets without it)
+	// BackgroundJobs bounds the expiry, health and snapshot jobs running at once, each on one
+	// sandbox (default 4).
+	BackgroundJobs int
+	ReadyTimeout   time.Duration // how long create waits for the agent (default 30s)
+	WarmPool       int           // sandboxes of the default shape kept started ahead of demand
+	StateDir       string        // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks         *cas.Store    // where snapshots live (snapshots need it and StateDir)
+	Audit          Audit         // egress decisions of the gateway (optional)
+	EgressCA       []byte        // PEM of the gateway's interception CA, trusted in every sandbox
+	Credentials    Credentials   // tenants' credential secrets (optional: no secrets without it)
 	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
 	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
@@ -116,10 +119,16 @@ type Manager struct {
 	warm    []*box         // ready pool members, not in boxes (see warm.go)
 	pinned  map[string]int // shared layers being set up (see layers.go)
 	closing bool
+	busy    map[string]bool // background jobs running, by kind/sandbox (reaper.go)
 
 	tenantChunks tenantChunks // what each tenant's snapshots hold, for stored_bytes (stored.go)
 
 	layerMu sync.Mutex // serialises making and removing shared layers
+
+	// bg ends when Close begins: waits of background work (a warm sandbox waiting for its
+	// template to be built) stop there, and nothing new starts.
+	bg       context.Context
+	bgCancel context.CancelFunc
 
 	refillc chan struct{}
 	stop    chan struct{}
@@ -187,6 +196,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 10 * time.Second
 	}
+	if cfg.BackgroundJobs == 0 {
+		cfg.BackgroundJobs = 4
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
@@ -198,7 +210,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	bg, bgCancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, busy: map[string]bool{},
+		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.
@@ -210,16 +224,34 @@ func (m *Manager) Start() {
 	m.refill()
 }
 
-// Close stops background work and removes the warm pool. Sandboxes keep running: they outlive
-// spaced.
+// closeGrace is how long Close waits for background work and the warm pool's removal. What is
+// still under way then is left as a crash would leave it: the next start's recovery finishes it.
+const closeGrace = 1500 * time.Millisecond
+
+// Close stops background work and removes the warm pool, within closeGrace: from its first
+// moment nothing new starts. Sandboxes keep running: they outlive spaced.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+	m.bgCancel()
 	select {
 	case <-m.stop:
 	default:
 		close(m.stop)
 	}
-	m.wg.Wait()
-	m.drainWarm()
+	deadline := time.Now().Add(closeGrace)
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		m.drainWarm(deadline)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		m.log.Warn("shutting down with background work still under way; the next start finishes it")
+	}
 }
 
 // Subscribe returns lifecycle events for tenant ("" for all tenants).

@@ -91,6 +91,11 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
+	if State(b.rec.State) == StateRunning {
+		if err := m.roomForCheckpoint(ctx, b, "pause"); err != nil {
+			return Info{}, err
+		}
+	}
 	if err := m.setState(ctx, b, StatePausing, ""); err != nil {
 		return Info{}, err
 	}
@@ -107,12 +112,16 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 	}
 	if err := cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{Durable: true}); err != nil {
 		_ = m.removeCheckpoint(id)
-		// A failed checkpoint may have stopped the runtime; if so the sandbox is lost.
+		err = errdefs.NoSpace(err)
+		// A failed checkpoint may have stopped the runtime; if so the sandbox comes back from
+		// its latest full snapshot, or is lost.
 		if st, serr := m.cfg.Drivers[b.rec.Runtime].State(ctx, id); serr == nil && st == runtime.StateRunning {
 			_ = m.setState(ctx, b, StateRunning, "")
 			return Info{}, fmt.Errorf("pause %s: %w", id, err)
 		}
-		m.crashed(ctx, b, "pause failed: "+err.Error())
+		if !m.recoverFromSnapshot(ctx, b, "pause failed: "+err.Error()) {
+			m.crashed(ctx, b, "pause failed: "+err.Error())
+		}
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
 	// The driver made dir's contents durable; its entry in checkpoints/ too.

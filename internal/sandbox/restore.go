@@ -51,10 +51,10 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 	if err != nil {
 		return Info{}, err
 	}
+	b.mu.Lock() // waits its turn; the time limit starts when it has the sandbox
+	defer b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
 	defer cancel()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(rel) > 0 {
 		if State(b.rec.State) == StatePaused {
 			if err := m.resume(ctx, b); err != nil {

@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/space-sandbox/space/internal/store"
@@ -145,11 +146,17 @@ func (m *Manager) startWarm() error {
 	}
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
 	// The default template may still be building on a first start (minutes): wait for it.
-	tctx, tcancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	tctx, tcancel := context.WithTimeout(m.bg, 30*time.Minute)
 	tpl, err := m.cfg.Templates(tctx, rec.Template)
 	tcancel()
 	if err != nil {
 		return err
+	}
+	m.mu.Lock()
+	closed := m.closing
+	m.mu.Unlock()
+	if closed { // shutdown began while the template was built: start nothing
+		return errShuttingDown
 	}
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return err
@@ -176,7 +183,7 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	m.mu.Lock()
-	closed := m.closing
+	closed = m.closing
 	if !closed {
 		m.warm = append(m.warm, b)
 	}
@@ -199,10 +206,10 @@ func (m *Manager) goDiscard(b *box) {
 
 // discard removes a pool member that will not be used.
 func (m *Manager) discard(b *box) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if err := m.drop(ctx, b); err != nil {
 		m.log.Error("remove warm sandbox", "id", b.rec.ID, "err", err)
 	}
@@ -225,14 +232,21 @@ func (m *Manager) drop(ctx context.Context, b *box) error {
 	return m.setState(ctx, b, StateDeleted, "")
 }
 
-// drainWarm removes every pool member (on Close).
-func (m *Manager) drainWarm() {
+// errShuttingDown: Close has begun.
+var errShuttingDown = errors.New("spaced is shutting down")
+
+// drainWarm removes pool members (on Close) until deadline; those left are removed by the next
+// start's recovery (warm pool members of an earlier run go).
+func (m *Manager) drainWarm(deadline time.Time) {
 	m.mu.Lock()
 	m.closing = true
 	warm := m.warm
 	m.warm = nil
 	m.mu.Unlock()
 	for _, b := range warm {
+		if time.Now().After(deadline) {
+			return
+		}
 		m.discard(b)
 	}
 }
