@@ -419,3 +419,103 @@ func isNotFound(err error) bool {
 	var ce *client.Error
 	return errors.As(err, &ce) && ce.Status == 404
 }
+
+// TestCrashCutCheckpoint: spaced dies during a pause whose checkpoint is then found cut short
+// (as a crash in the middle of writing it leaves it). The cut checkpoint is never taken for a
+// finished pause: a sandbox with a full snapshot comes back from it (files and processes of the
+// snapshot), one without is reported lost (error), and neither is left paused on a checkpoint
+// that cannot resume.
+func TestCrashCutCheckpoint(t *testing.T) {
+	d := startSpaced(t, "SPACE_WARM_POOL=0")
+	c := d.Client
+	ctx := ctxT(t)
+	waitTemplate(t, c, "base")
+	baseEnv := d.Opts.Env
+	for _, withSnapshot := range []bool{true, false} {
+		v := crashVictimNew(t, c, "before")
+		if withSnapshot {
+			s, err := c.CreateSnapshot(ctx, v.id, "full", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			v.snap = s.ID
+			run(t, c, v.id, "echo after > /root/file")
+		}
+		if err := d.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		d.Opts.Env = append(slices.Clip(baseEnv), "SPACE_CRASH_AT="+crashpoint.PauseCheckpoint)
+		if err := d.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.PauseSandbox(ctx, v.id); err == nil {
+			t.Fatal("pause acknowledged although spaced was to die in it")
+		}
+		if _, err := d.WaitExit(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		cutLargest(t, filepath.Join(d.Opts.Home, "checkpoints", v.id))
+		d.Opts.Env = baseEnv
+		if err := d.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		crashSettledOr(t, d, client.StateError)
+		sb, err := c.GetSandbox(ctx, v.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if withSnapshot {
+			// Back from its latest full snapshot: its file and process as they were then.
+			crashRunsOrResumes(t, c, v, "before\n")
+		} else if sb.State != client.StateError {
+			t.Errorf("a sandbox whose only state was a cut checkpoint is %s: want error (lost, and said so)", sb.State)
+		}
+		if _, err := os.Stat(filepath.Join(d.Opts.Home, "checkpoints", v.id)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the cut checkpoint is still there: %v", err)
+		}
+		if err := c.DeleteSandbox(ctx, v.id); err != nil {
+			t.Error(err)
+		}
+		if v.snap != "" {
+			if err := c.DeleteSnapshot(ctx, v.snap); err != nil {
+				t.Error(err)
+			}
+		}
+	}
+}
+
+// cutLargest truncates the largest file under dir to half its size.
+func cutLargest(t *testing.T, dir string) {
+	t.Helper()
+	var big string
+	var size int64
+	err := filepath.WalkDir(dir, func(p string, e os.DirEntry, err error) error {
+		if err != nil || !e.Type().IsRegular() {
+			return err
+		}
+		if fi, err := e.Info(); err == nil && fi.Size() > size {
+			big, size = p, fi.Size()
+		}
+		return nil
+	})
+	if err != nil || big == "" {
+		t.Fatalf("no checkpoint file to cut under %s: %v", dir, err)
+	}
+	if err := os.Truncate(big, size/2); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// crashSettledOr is crashSettled that also accepts the states in ok.
+func crashSettledOr(t *testing.T, d *spacedtest.Daemon, ok ...string) {
+	t.Helper()
+	list, err := d.Client.ListSandboxes(ctxT(t), client.ListSandboxesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sb := range list {
+		if sb.State != client.StateRunning && sb.State != client.StatePaused && !slices.Contains(ok, sb.State) {
+			t.Errorf("sandbox %s is %s after recovery", sb.ID, sb.State)
+		}
+	}
+}

@@ -258,11 +258,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
+	// Within 2 s whatever is running (a supervisor's grace is often not much more): requests get
+	// 0.4 s to finish, then their connections close; builds stop with ctx; the manager
+	// starts nothing new and leaves what is still under way to the next start's recovery.
 	log.Info("shutting down; sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("http shutdown", "err", err)
+		log.Info("closing connections still open", "err", err)
 		_ = srv.Close()
 	}
 	return nil

@@ -226,7 +226,7 @@ func (m *Manager) Start() {
 
 // closeGrace is how long Close waits for background work and the warm pool's removal. What is
 // still under way then is left as a crash would leave it: the next start's recovery finishes it.
-const closeGrace = 1500 * time.Millisecond
+const closeGrace = 800 * time.Millisecond
 
 // Close stops background work and removes the warm pool, within closeGrace: from its first
 // moment nothing new starts. Sandboxes keep running: they outlive spaced.
