@@ -25,7 +25,9 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/config"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/gvisor"
@@ -33,6 +35,7 @@ import (
 	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -195,6 +198,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	}
 	defer chunks.Close()
 
+	vault := credentials.New(credentials.Config{Store: st, Box: box, Logger: log})
+	crash := crashpoint.New(cfg.CrashAt, log) // nil unless a crash-point test asks
 	mgr, err := sandbox.New(sandbox.Config{
 		Store: st, Drivers: drivers, DefaultRuntime: "gvisor", Slots: pool, DefaultTemplate: "base",
 		Capacity: func() (sandbox.Capacity, error) { return sandbox.HostCapacity(cfg.Home) },
@@ -203,8 +208,8 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, TemplateStore: templates, StateDir: cfg.Home,
-		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Secrets: box,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
+		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Credentials: vault, Crash: crash,
 	})
 	if err != nil {
 		return err
@@ -235,7 +240,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return fmt.Errorf("spool: %w", err)
 	}
 	srv := &http.Server{
-		Handler: api.New(api.Config{Sandboxes: mgr, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
+		Handler: api.New(api.Config{Sandboxes: mgr, Templates: build.New(build.Config{Lifecycle: mgr, Store: templates, Logger: log, Crash: crash}), Secrets: vault, Keys: keys, Logger: log, Version: version, Domain: cfg.Domain,
 			SpoolDir: spoolDir, SpoolBytes: cfg.ExecSpoolMiB << 20}),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
@@ -253,11 +258,14 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
+	// Within 2 s whatever is running (a supervisor's grace is often not much more): requests get
+	// 0.4 s to finish, then their connections close; builds stop with ctx; the manager
+	// starts nothing new and leaves what is still under way to the next start's recovery.
 	log.Info("shutting down; sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	sctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	if err := srv.Shutdown(sctx); err != nil {
-		log.Warn("http shutdown", "err", err)
+		log.Info("closing connections still open", "err", err)
 		_ = srv.Close()
 	}
 	return nil

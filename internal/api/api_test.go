@@ -22,12 +22,16 @@ import (
 
 	"github.com/space-sandbox/space/internal/api"
 	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/fake"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store/sqlite"
+	"github.com/space-sandbox/space/internal/template"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // loopPool hands out slots whose guest address is a loopback address, so the fake driver's
@@ -100,12 +104,25 @@ type env struct {
 	keys     *auth.Keys
 	st       *sqlite.Store
 	mgr      *sandbox.Manager
+	tpl      *build.Builder
+	vault    *credentials.Vault
 	drv      *fake.Driver
 	pool     *loopPool
 	newMgr   func() *sandbox.Manager
 }
 
+// services are the API's dependencies beside the sandbox manager that a test may give it.
+type services struct {
+	templates *template.Store
+	secrets   *secrets.Box
+}
+
 func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
+	t.Helper()
+	return newEnvWith(t, services{}, tweak...)
+}
+
+func newEnvWith(t *testing.T, svc services, tweak ...func(*sandbox.Config)) *env {
 	t.Helper()
 	ctx := context.Background()
 	dir := t.TempDir()
@@ -124,8 +141,10 @@ func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
 		t.Fatal(err)
 	}
 	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(t.TempDir()), pool: newLoopPool(), imageDir: t.TempDir()}
+	vault := credentials.New(credentials.Config{Store: st, Box: svc.secrets, Logger: log})
+	e.vault = vault
 	e.newMgr = func() *sandbox.Manager {
-		cfg := sandbox.Config{
+		cfg := sandbox.Config{Credentials: vault,
 			Store: st, Drivers: map[string]runtime.Driver{"fake": e.drv}, DefaultRuntime: "fake",
 			Slots: e.pool, Logger: log, ReapInterval: 20 * time.Millisecond, ReadyTimeout: 5 * time.Second,
 			Templates: func(_ context.Context, name string) (sandbox.Template, error) {
@@ -153,7 +172,8 @@ func newEnv(t *testing.T, tweak ...func(*sandbox.Config)) *env {
 		t.Fatal(err)
 	}
 	e.mgr.Start()
-	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Keys: keys, Logger: log, Version: "test"}))
+	e.tpl = build.New(build.Config{Lifecycle: e.mgr, Store: svc.templates, Logger: log})
+	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Templates: e.tpl, Secrets: vault, Keys: keys, Logger: log, Version: "test"}))
 	t.Cleanup(func() {
 		srv.Close()
 		e.mgr.Close()

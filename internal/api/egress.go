@@ -7,6 +7,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
 	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
 )
@@ -78,7 +79,7 @@ func (s *Server) handlePutSecret(w http.ResponseWriter, r *http.Request, p auth.
 		s.writeError(w, r, err)
 		return
 	}
-	err := s.sb.PutSecret(r.Context(), p.Tenant, r.PathValue("name"), sandbox.SecretRequest{
+	err := s.secrets.Put(r.Context(), p.Tenant, r.PathValue("name"), credentials.Request{
 		Value: req.Value, Hosts: req.Hosts, Header: req.Header, Format: req.Format,
 	})
 	if err != nil {
@@ -89,7 +90,7 @@ func (s *Server) handlePutSecret(w http.ResponseWriter, r *http.Request, p auth.
 }
 
 func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	list, err := s.sb.ListSecrets(r.Context(), p.Tenant)
+	list, err := s.secrets.List(r.Context(), p.Tenant)
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -98,7 +99,7 @@ func (s *Server) handleListSecrets(w http.ResponseWriter, r *http.Request, p aut
 }
 
 func (s *Server) handleDeleteSecret(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	if err := s.sb.DeleteSecret(r.Context(), p.Tenant, r.PathValue("name")); err != nil {
+	if err := s.secrets.Delete(r.Context(), p.Tenant, r.PathValue("name")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}

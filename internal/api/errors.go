@@ -22,6 +22,8 @@ type errorDetail struct {
 // statusOf is the one place where error classes become HTTP statuses and API error codes.
 func statusOf(err error) (int, string) {
 	switch {
+	case errors.Is(errdefs.NoSpace(err), errdefs.ErrInsufficientStorage):
+		return http.StatusInsufficientStorage, "insufficient_storage"
 	case errors.Is(err, errdefs.ErrInvalidArgument):
 		return http.StatusBadRequest, "invalid_argument"
 	case errors.Is(err, errdefs.ErrUnauthenticated):
@@ -54,7 +56,7 @@ func statusOf(err error) (int, string) {
 // text for 4xx and a generic sentence for 5xx (details go to the log).
 func messageOf(err error, status int) string {
 	var e *errdefs.Error
-	if errors.As(err, &e) {
+	if errors.As(errdefs.NoSpace(err), &e) {
 		return e.Message
 	}
 	if status >= 500 && status != http.StatusServiceUnavailable && status != http.StatusBadGateway {

@@ -260,7 +260,7 @@ func TestOpenAPIErrors(t *testing.T) {
 	for _, err := range []error{
 		errdefs.ErrInvalidArgument, errdefs.ErrUnauthenticated, errdefs.ErrPermissionDenied,
 		errdefs.ErrNotFound, errdefs.ErrAlreadyExists, errdefs.ErrFailedPrecondition,
-		errdefs.ErrTooLarge, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUpstream,
+		errdefs.ErrTooLarge, errdefs.ErrResourceExhausted, errdefs.ErrUnavailable, errdefs.ErrUpstream, errdefs.ErrInsufficientStorage,
 		errors.New("anything else"),
 	} {
 		status, code := statusOf(err)

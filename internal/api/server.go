@@ -10,16 +10,23 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/e2b"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // Config holds the Server's dependencies.
 type Config struct {
 	Sandboxes *sandbox.Manager
-	Keys      *auth.Keys
-	Logger    *slog.Logger
-	Version   string
+	// Templates lists, builds and deletes templates (default: one without a template store,
+	// which refuses to).
+	Templates *build.Builder
+	// Secrets keeps tenants' credential secrets (default: none kept).
+	Secrets *credentials.Vault
+	Keys    *auth.Keys
+	Logger  *slog.Logger
+	Version string
 	// MaxUpload bounds one file upload in bytes (default 16 GiB).
 	MaxUpload int64
 	// Domain, if set, is the E2B sandbox domain: envd requests for 49983-<id>.<Domain> go to
@@ -37,6 +44,8 @@ type Config struct {
 // Server is spaced's HTTP handler.
 type Server struct {
 	sb      *sandbox.Manager
+	tpl     *build.Builder
+	secrets *credentials.Vault
 	keys    *auth.Keys
 	log     *slog.Logger
 	version string
@@ -64,7 +73,13 @@ func New(cfg Config) *Server {
 	if cfg.SpoolPerOutput == 0 {
 		cfg.SpoolPerOutput = 256 << 20
 	}
-	s := &Server{sb: cfg.Sandboxes, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
+	if cfg.Templates == nil {
+		cfg.Templates = build.New(build.Config{Lifecycle: cfg.Sandboxes, Logger: cfg.Logger})
+	}
+	if cfg.Secrets == nil {
+		cfg.Secrets = credentials.New(credentials.Config{Logger: cfg.Logger})
+	}
+	s := &Server{sb: cfg.Sandboxes, tpl: cfg.Templates, secrets: cfg.Secrets, keys: cfg.Keys, log: cfg.Logger, version: cfg.Version, maxUp: cfg.MaxUpload, metrics: newMetrics(),
 		spool: newSpool(cfg.SpoolDir, cfg.SpoolBytes, cfg.SpoolPerOutput), mux: http.NewServeMux()}
 	s.routes()
 	s.e2b = e2b.New(e2b.Config{Sandboxes: cfg.Sandboxes, Keys: cfg.Keys, Logger: cfg.Logger, Domain: cfg.Domain,

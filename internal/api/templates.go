@@ -8,7 +8,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 type templateJSON struct {
@@ -20,7 +20,7 @@ type templateJSON struct {
 
 // toTemplateJSON describes t to p. A parent naming a host path (an image from a docker-archive
 // file or an OCI layout on the host) is the host's business: tenants see only its kind.
-func toTemplateJSON(t sandbox.TemplateInfo, p auth.Principal) templateJSON {
+func toTemplateJSON(t build.TemplateInfo, p auth.Principal) templateJSON {
 	parent := t.Parent
 	if !p.Admin {
 		for _, scheme := range []string{"docker-archive:", "oci:"} {
@@ -33,7 +33,7 @@ func toTemplateJSON(t sandbox.TemplateInfo, p auth.Principal) templateJSON {
 }
 
 func (s *Server) handleListTemplates(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	list, err := s.sb.ListTemplates(r.Context())
+	list, err := s.tpl.List(r.Context())
 	if err != nil {
 		s.writeError(w, r, err)
 		return
@@ -50,7 +50,7 @@ func (s *Server) handleDeleteTemplate(w http.ResponseWriter, r *http.Request, p 
 		s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "only an admin key may delete templates"))
 		return
 	}
-	if err := s.sb.DeleteTemplate(r.Context(), r.PathValue("name")); err != nil {
+	if err := s.tpl.Delete(r.Context(), r.PathValue("name")); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
@@ -64,13 +64,13 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request, p a
 		s.writeError(w, r, errdefs.New(errdefs.ErrPermissionDenied, "only an admin key may build templates"))
 		return
 	}
-	var req sandbox.BuildRequest
+	var req build.Request
 	if err := decodeJSONLimit(w, r, &req, 16<<20); err != nil {
 		s.writeError(w, r, err)
 		return
 	}
 	if !wantsSSE(r) {
-		t, err := s.sb.BuildTemplate(r.Context(), req, func(line string) { s.log.Info("template build", "template", req.Name, "log", line) })
+		t, err := s.tpl.Build(r.Context(), req, func(line string) { s.log.Info("template build", "template", req.Name, "log", line) })
 		if err != nil {
 			s.writeError(w, r, err)
 			return
@@ -81,7 +81,7 @@ func (s *Server) handleBuildTemplate(w http.ResponseWriter, r *http.Request, p a
 	sse := startSSE(w, http.StatusOK)
 	defer sse.close()
 	var mu sync.Mutex
-	t, err := s.sb.BuildTemplate(r.Context(), req, func(line string) {
+	t, err := s.tpl.Build(r.Context(), req, func(line string) {
 		mu.Lock()
 		defer mu.Unlock()
 		_ = sse.send("log", map[string]string{"message": line})

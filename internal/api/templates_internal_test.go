@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/space-sandbox/space/internal/auth"
-	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/template/build"
 )
 
 // TestTemplateHostPathsAdminOnly: a template's image source on the host is shown to admins;
@@ -16,7 +16,7 @@ func TestTemplateHostPathsAdminOnly(t *testing.T) {
 		{"base", "base"},
 		{"registry.example/app:1", "registry.example/app:1"},
 	} {
-		info := sandbox.TemplateInfo{Name: "t", Parent: tt.parent}
+		info := build.TemplateInfo{Name: "t", Parent: tt.parent}
 		if got := toTemplateJSON(info, auth.Principal{Admin: true}).Parent; got != tt.parent {
 			t.Errorf("admin sees %q, want %q", got, tt.parent)
 		}

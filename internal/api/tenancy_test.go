@@ -146,7 +146,7 @@ func (v tenancyVictim) path(pattern string) string {
 
 // newTenancyServer serves e's manager again with a sandbox domain, for the host-name routes.
 func newTenancyServer(e *env) string {
-	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Keys: e.keys, Version: "test",
+	srv := httptest.NewServer(api.New(api.Config{Sandboxes: e.mgr, Templates: e.tpl, Secrets: e.vault, Keys: e.keys, Version: "test",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Domain: "sbx.test"}))
 	e.t.Cleanup(srv.Close)
 	return srv.URL
@@ -258,8 +258,8 @@ func TestTenancyEveryRoute(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
-	e := newEnv(t, func(c *sandbox.Config) {
-		c.Secrets, c.Chunks, c.StateDir, c.TemplateStore = box, chunks, stateDir, templates
+	e := newEnvWith(t, services{templates: templates, secrets: box}, func(c *sandbox.Config) {
+		c.Chunks, c.StateDir = chunks, stateDir
 	})
 	url := newTenancyServer(e)
 	ctx := context.Background()

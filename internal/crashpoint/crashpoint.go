@@ -28,9 +28,9 @@ const (
 	ForkCheckpoint  = "fork.checkpoint"  // parent's checkpoint taken (parent running again)
 	ForkCopy        = "fork.copy"        // a copy restored, not yet running
 	SnapFrozen      = "snapshot.frozen"  // file snapshot: sandbox frozen for its final pass
-	SnapFullFrozen  = "snapshot.full"    // full snapshot: checkpoint being taken (runtime paused)
+	SnapFullFrozen  = "snapshot.full"    // full snapshot: checkpoint taken into scratch, not stored
 	SnapStored      = "snapshot.stored"  // content in the chunk store, record not yet written
-	RestorePaths    = "restore.paths"    // restore by paths: files being sent to the agent
+	RestorePaths    = "restore.paths"    // restore by paths: request to the agent begun, no file sent
 	RestoreWhole    = "restore.whole"    // whole restore: old runtime stopped, new not started
 	DeleteDeleting  = "delete.deleting"  // state deleting recorded, runtime still there
 	DeleteTornDown  = "delete.torn-down" // runtime and slot gone, record still there

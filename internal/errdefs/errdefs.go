@@ -3,7 +3,11 @@
 // Any package may import it; it imports nothing of SPACE.
 package errdefs
 
-import "errors"
+import (
+	"errors"
+	"strings"
+	"syscall"
+)
 
 // Sentinel error classes. Test with errors.Is.
 var (
@@ -17,6 +21,8 @@ var (
 	ErrUnauthenticated    = errors.New("unauthenticated")
 	ErrTooLarge           = errors.New("too large")
 	ErrUpstream           = errors.New("upstream failed") // a server SPACE depends on (a registry) failed
+	// ErrInsufficientStorage: the server's disk (where it keeps sandbox state) is full.
+	ErrInsufficientStorage = errors.New("insufficient storage")
 )
 
 // Error pairs a class with a message meant for the client.
@@ -35,3 +41,16 @@ func New(cls error, msg string) error { return &Error{Class: cls, Message: msg} 
 func NotFound(msg string) error        { return New(ErrNotFound, msg) }
 func InvalidArgument(msg string) error { return New(ErrInvalidArgument, msg) }
 func Conflict(msg string) error        { return New(ErrFailedPrecondition, msg) }
+
+// NoSpace classifies err as ErrInsufficientStorage when it comes from a full disk: ENOSPC, also
+// as a runtime reports it in the text of its error. The message says what happened without the
+// host paths the original names. Other errors are returned as they are.
+func NoSpace(err error) error {
+	if err == nil || errors.Is(err, ErrInsufficientStorage) {
+		return err
+	}
+	if errors.Is(err, syscall.ENOSPC) || strings.Contains(err.Error(), "no space left on device") {
+		return &Error{Class: ErrInsufficientStorage, Message: "the server ran out of disk space where it keeps sandbox state; nothing was changed: free space and retry"}
+	}
+	return err
+}

@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -51,6 +52,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
+	m.crash(crashpoint.CreateRecorded)
 	tRecord := time.Since(t0)
 	b := newBox(rec, spec)
 	b.mu.Lock()
@@ -63,6 +65,7 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	err = m.start(ctx, b, drv, tpl)
 	tStarted := time.Since(t0)
 	if err == nil {
+		m.crash(crashpoint.CreateStarted)
 		err = m.setState(pctx, b, StateRunning, "")
 	}
 	if err != nil {
@@ -145,7 +148,7 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 			env[k] = v
 		}
 		for _, c := range spec.Network.Credentials {
-			k, v := placeholderVar(c)
+			k, v := credentials.Placeholder(c)
 			env[k] = v
 		}
 		req.Env = env
@@ -297,12 +300,12 @@ func hostname(id string) string { return "sbx-" + id[len("sbx_"):] }
 // record. The caller holds b.mu.
 func (m *Manager) abandon(ctx context.Context, b *box) {
 	_ = m.teardown(ctx, b)
-	b.rec.State = string(StateDeleted)
-	b.refresh()
 	m.mu.Lock()
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+	// creating → deleted: nobody was told it exists. If the record stays (the store failed),
+	// Recover finishes it off.
+	if err := m.setState(ctx, b, StateDeleted, ""); err != nil {
 		m.log.Error("remove record of failed sandbox", "id", b.rec.ID, "err", err)
 	}
 }
@@ -312,7 +315,7 @@ func (m *Manager) abandon(ctx context.Context, b *box) {
 func (m *Manager) teardown(ctx context.Context, b *box) error {
 	err := m.stopRuntime(ctx, b, "stopped")
 	if m.cfg.StateDir != "" {
-		if rerr := os.RemoveAll(m.checkpointDir(b.rec.ID)); rerr != nil {
+		if rerr := m.removeCheckpoint(b.rec.ID); rerr != nil {
 			m.log.Error("remove checkpoint", "id", b.rec.ID, "err", rerr)
 			err = errors.Join(err, fmt.Errorf("remove checkpoint: %w", rerr))
 		}

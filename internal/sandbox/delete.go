@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 )
 
@@ -18,12 +19,14 @@ func (m *Manager) Delete(ctx context.Context, tenant, id string) error {
 	return m.remove(ctx, b, EventDeleted, "")
 }
 
-// remove deletes b and publishes evt. Work continues if ctx ends: a half-deleted sandbox helps no one.
+// remove deletes b and publishes evt. It waits its turn behind an operation under way on b (a
+// snapshot, a restore, a fork's checkpoint), however long that takes; its own time limit starts
+// when it gets b. Work continues if ctx ends: a half-deleted sandbox helps no one.
 func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
-	defer cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
+	defer cancel()
 	if State(b.rec.State) == StateDeleted {
 		return errdefs.NotFound(fmt.Sprintf("sandbox %s not found", b.rec.ID))
 	}
@@ -35,15 +38,15 @@ func (m *Manager) remove(ctx context.Context, b *box, evt, reason string) error 
 			return err
 		}
 	}
+	m.crash(crashpoint.DeleteDeleting)
 	if err := m.teardown(ctx, b); err != nil {
 		_ = m.setState(ctx, b, StateError, err.Error())
 		return fmt.Errorf("delete sandbox %s: %w", b.rec.ID, err)
 	}
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
-		return fmt.Errorf("delete record: %w", err)
+	m.crash(crashpoint.DeleteTornDown)
+	if err := m.setState(ctx, b, StateDeleted, reason); err != nil {
+		return err
 	}
-	b.rec.State = string(StateDeleted)
-	b.refresh()
 	m.mu.Lock()
 	delete(m.boxes, b.rec.ID)
 	m.mu.Unlock()

@@ -16,7 +16,7 @@ func (m *Manager) EgressTarget(ip netip.Addr) (egress.Target, bool) {
 		if a := b.slotAddr.Load(); a != nil && *a == ip {
 			v := b.view.Load()
 			if v.State != StateRunning {
-				return egress.Target{}, false
+				continue // a stopped one may still show the address a new sandbox now has
 			}
 			t, ok := m.target(v.ID, v.Spec.Network.Egress)
 			t.Credentials = m.credentials(v.Tenant, v.Spec.Network.Credentials)
@@ -105,4 +105,23 @@ func (m *Manager) SubscribeEgress(tenant, id string) (<-chan egress.Event, func(
 	}
 	c, cancel := m.cfg.Audit.Subscribe(id)
 	return c, cancel, nil
+}
+
+// checkCredentials makes sure every credential a sandbox names is one of tenant's secrets.
+func (m *Manager) checkCredentials(ctx context.Context, tenant string, names []string) error {
+	if len(names) == 0 {
+		return nil
+	}
+	if m.cfg.Credentials == nil {
+		return errdefs.InvalidArgument("network.credentials: this server keeps no secrets")
+	}
+	return m.cfg.Credentials.Check(ctx, tenant, names)
+}
+
+// credentials opens the secrets a sandbox names, for the gateway.
+func (m *Manager) credentials(tenant string, names []string) []egress.Credential {
+	if len(names) == 0 || m.cfg.Credentials == nil {
+		return nil
+	}
+	return m.cfg.Credentials.Open(tenant, names)
 }

@@ -12,6 +12,9 @@ const (
 	EventExpired   = "sandbox.expired"
 	EventCrashed   = "sandbox.crashed"
 	EventRecovered = "sandbox.recovered"
+	// EventPauseFailed: an on_timeout pause could not be done; the sandbox runs on and the
+	// pause is tried again a minute later (the reason says why it failed).
+	EventPauseFailed = "sandbox.pause_failed"
 )
 
 // Event is one lifecycle event.

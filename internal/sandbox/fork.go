@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
@@ -36,11 +37,11 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 	if err != nil {
 		return nil, err
 	}
+	// The parent's state at one instant, taken while it keeps running. The fork waits its turn
+	// behind other work on the parent; its time limit starts when it has it.
+	b.mu.Lock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
-
-	// The parent's state at one instant, taken while it keeps running.
-	b.mu.Lock()
 	if State(b.rec.State) == StatePaused {
 		if err := m.resume(ctx, b); err != nil {
 			b.mu.Unlock()
@@ -56,7 +57,16 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 		b.mu.Unlock()
 		return nil, err
 	}
+	if err := m.roomForCheckpoint(ctx, b, "fork"); err != nil {
+		b.mu.Unlock()
+		return nil, err
+	}
 	parent, parentSpec := b.rec, b.spec
+	// The copies stand on the parent's shared layers too: a delete of the parent once its lock
+	// is let go must not take them away before the copies are registered.
+	for _, l := range parentSpec.Layers {
+		defer m.pinLayer(l)()
+	}
 	dir := filepath.Join(m.cfg.StateDir, "forks", newID("fork_", 12))
 	//confine:host spaced's state directory
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
@@ -67,8 +77,9 @@ func (m *Manager) Fork(ctx context.Context, tenant, id string, count int) ([]Inf
 	b.mu.Unlock()
 	defer os.RemoveAll(dir)
 	if err != nil {
-		return nil, fmt.Errorf("fork %s: checkpoint: %w", id, err)
+		return nil, fmt.Errorf("fork %s: checkpoint: %w", id, errdefs.NoSpace(err))
 	}
+	m.crash(crashpoint.ForkCheckpoint)
 
 	// The copies share the parent's files as they were: one read-only layer under each copy's
 	// own empty writable layer.
@@ -161,6 +172,7 @@ func (m *Manager) forkOne(ctx context.Context, cp runtime.Checkpointer, parent s
 		if err := old.Rotate(rctx, nb.rec.AccessToken); err != nil {
 			return fmt.Errorf("give the copy its token: %w", err)
 		}
+		m.crash(crashpoint.ForkCopy)
 		m.setClient(nb)
 		return m.setState(ctx, nb, StateRunning, "")
 	}()

@@ -17,13 +17,12 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
-	"github.com/space-sandbox/space/internal/secrets"
 	"github.com/space-sandbox/space/internal/store"
-	"github.com/space-sandbox/space/internal/template"
 )
 
 // SlotPool hands out network slots; network.Pool implements it.
@@ -33,6 +32,25 @@ type SlotPool interface {
 	Release(ctx context.Context, s *network.Slot) error
 	// InUse lists the lease indexes of slots in use, including ones left by an earlier run.
 	InUse() []int
+}
+
+// Credentials checks and opens the credential secrets sandboxes name in network.credentials;
+// credentials.Vault (internal/egress/credentials) implements it. Safe for concurrent use.
+type Credentials interface {
+	// Check returns an error wrapping errdefs.ErrInvalidArgument unless every name is one of
+	// tenant's secrets.
+	Check(ctx context.Context, tenant string, names []string) error
+	// Open returns the named secrets of tenant that (still) exist, for the egress gateway.
+	Open(tenant string, names []string) []egress.Credential
+}
+
+// Audit is the egress gateway's record of its decisions; *egress.Audit implements it. Safe for
+// concurrent use.
+type Audit interface {
+	Events(id string) []egress.Event                   // a sandbox's recent decisions
+	Subscribe(id string) (<-chan egress.Event, func()) // its decisions from now on, until cancel
+	Forget(id string)                                  // drop what is kept of a deleted sandbox
+	Counts() map[string]int64                          // decisions so far, by decision
 }
 
 // Template is what a sandbox is made from: read-only filesystem layers and the defaults its
@@ -64,16 +82,20 @@ type Config struct {
 	MaxTimeout      time.Duration
 	MaxPerTenant    int
 	DefaultEgress   string
-	ReapInterval    time.Duration   // how often expiry is checked (default 1s)
-	HealthInterval  time.Duration   // how often runtimes are checked for crashes (default 10s)
-	ReadyTimeout    time.Duration   // how long create waits for the agent (default 30s)
-	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
-	TemplateStore   *template.Store // for listing, building and deleting templates (optional)
-	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks          *cas.Store      // where snapshots live (snapshots need it and StateDir)
-	Audit           *egress.Audit   // egress decisions of the gateway (optional)
-	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
-	Secrets         *secrets.Box    // seals credential values (optional: no secrets without it)
+	ReapInterval    time.Duration // how often expiry is checked (default 1s)
+	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
+	// BackgroundJobs bounds the expiry, health and snapshot jobs running at once, each on one
+	// sandbox (default 4).
+	BackgroundJobs int
+	ReadyTimeout   time.Duration // how long create waits for the agent (default 30s)
+	WarmPool       int           // sandboxes of the default shape kept started ahead of demand
+	StateDir       string        // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks         *cas.Store    // where snapshots live (snapshots need it and StateDir)
+	Audit          Audit         // egress decisions of the gateway (optional)
+	EgressCA       []byte        // PEM of the gateway's interception CA, trusted in every sandbox
+	Credentials    Credentials   // tenants' credential secrets (optional: no secrets without it)
+	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
+	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
 	// refused. Nil: no check.
 	Capacity func() (Capacity, error)
@@ -97,10 +119,16 @@ type Manager struct {
 	warm    []*box         // ready pool members, not in boxes (see warm.go)
 	pinned  map[string]int // shared layers being set up (see layers.go)
 	closing bool
+	busy    map[string]bool // background jobs running, by kind/sandbox (reaper.go)
 
 	tenantChunks tenantChunks // what each tenant's snapshots hold, for stored_bytes (stored.go)
 
 	layerMu sync.Mutex // serialises making and removing shared layers
+
+	// bg ends when Close begins: waits of background work (a warm sandbox waiting for its
+	// template to be built) stop there, and nothing new starts.
+	bg       context.Context
+	bgCancel context.CancelFunc
 
 	refillc chan struct{}
 	stop    chan struct{}
@@ -108,7 +136,7 @@ type Manager struct {
 }
 
 // box is the in-memory side of one sandbox. Its mutex serialises lifecycle operations on it; rec
-// is the persisted truth and is changed only through setState/save.
+// is the persisted truth; its State changes only through setState.
 type box struct {
 	id, tenant string // immutable copies of rec's, readable without mu
 
@@ -168,6 +196,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.HealthInterval == 0 {
 		cfg.HealthInterval = 10 * time.Second
 	}
+	if cfg.BackgroundJobs == 0 {
+		cfg.BackgroundJobs = 4
+	}
 	if cfg.ReadyTimeout == 0 {
 		cfg.ReadyTimeout = 30 * time.Second
 	}
@@ -179,7 +210,9 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	bg, bgCancel := context.WithCancel(context.Background())
+	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, busy: map[string]bool{},
+		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.
@@ -191,16 +224,34 @@ func (m *Manager) Start() {
 	m.refill()
 }
 
-// Close stops background work and removes the warm pool. Sandboxes keep running: they outlive
-// spaced.
+// closeGrace is how long Close waits for background work and the warm pool's removal. What is
+// still under way then is left as a crash would leave it: the next start's recovery finishes it.
+const closeGrace = 800 * time.Millisecond
+
+// Close stops background work and removes the warm pool, within closeGrace: from its first
+// moment nothing new starts. Sandboxes keep running: they outlive spaced.
 func (m *Manager) Close() {
+	m.mu.Lock()
+	m.closing = true
+	m.mu.Unlock()
+	m.bgCancel()
 	select {
 	case <-m.stop:
 	default:
 		close(m.stop)
 	}
-	m.wg.Wait()
-	m.drainWarm()
+	deadline := time.Now().Add(closeGrace)
+	done := make(chan struct{})
+	go func() {
+		m.wg.Wait()
+		m.drainWarm(deadline)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Until(deadline)):
+		m.log.Warn("shutting down with background work still under way; the next start finishes it")
+	}
 }
 
 // Subscribe returns lifecycle events for tenant ("" for all tenants).
@@ -271,8 +322,9 @@ func (m *Manager) lookup(tenant, id string) (*box, error) {
 	return b, nil
 }
 
-// setState moves b to state `to` through the guard and persists it before returning.
-// The caller holds b.mu.
+// setState moves b to state `to` through the guard and persists it before returning: the one
+// writer of sandbox state (state.go). Deleted is persisted by removing the record. The caller
+// holds b.mu (or owns b alone, before it is registered).
 func (m *Manager) setState(ctx context.Context, b *box, to State, reason string) error {
 	if err := checkTransition(State(b.rec.State), to); err != nil {
 		return err
@@ -282,6 +334,13 @@ func (m *Manager) setState(ctx context.Context, b *box, to State, reason string)
 	b.rec.Error = reason
 	b.rec.UpdatedAt = m.cfg.Now().UTC()
 	defer b.refresh()
+	if to == StateDeleted {
+		if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+			b.rec = prev
+			return fmt.Errorf("delete record: %w", err)
+		}
+		return nil
+	}
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		b.rec = prev
 		return fmt.Errorf("persist state %s: %w", to, err)
@@ -329,3 +388,6 @@ func (b *box) refresh() {
 		b.slotAddr.Store(nil)
 	}
 }
+
+// crash is a step of an operation where the crash-point tests may kill spaced.
+func (m *Manager) crash(step string) { m.cfg.Crash.At(step) }

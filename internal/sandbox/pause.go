@@ -2,11 +2,14 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -21,6 +24,44 @@ const (
 // checkpointDir is where a paused sandbox's state lives.
 func (m *Manager) checkpointDir(id string) string {
 	return filepath.Join(m.cfg.StateDir, "checkpoints", id)
+}
+
+// checkpointMark is the file that says a sandbox's checkpoint is whole: written (durably) after
+// the driver's Checkpoint returned and the directory reached the disk, before the runtime is
+// stopped; removed before a new checkpoint is begun and with the checkpoint. Recovery trusts
+// only a marked checkpoint as a finished pause.
+func (m *Manager) checkpointMark(id string) string {
+	return filepath.Join(m.cfg.StateDir, "checkpoints", id+".done")
+}
+
+// checkpointMarked reports whether id's checkpoint is whole.
+func (m *Manager) checkpointMarked(id string) bool {
+	//confine:host spaced's own marker file beside the checkpoint
+	_, err := os.Lstat(m.checkpointMark(id))
+	return err == nil
+}
+
+// removeCheckpoint removes id's checkpoint, marker first: a crash in between leaves an
+// unmarked directory, which nothing takes for a pause.
+func (m *Manager) removeCheckpoint(id string) error {
+	if err := os.Remove(m.checkpointMark(id)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return os.RemoveAll(m.checkpointDir(id))
+}
+
+// markCheckpoint records that id's checkpoint is whole.
+func (m *Manager) markCheckpoint(id string) error {
+	mark := m.checkpointMark(id)
+	//confine:host spaced's own marker file beside the checkpoint
+	f, err := os.OpenFile(mark, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if err := errors.Join(f.Sync(), f.Close()); err != nil {
+		return err
+	}
+	return durable.Sync(filepath.Dir(mark))
 }
 
 func (m *Manager) checkpointer(b *box) (runtime.Checkpointer, error) {
@@ -50,24 +91,37 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
 	defer cancel()
+	if State(b.rec.State) == StateRunning {
+		if err := m.roomForCheckpoint(ctx, b, "pause"); err != nil {
+			return Info{}, err
+		}
+	}
 	if err := m.setState(ctx, b, StatePausing, ""); err != nil {
 		return Info{}, err
 	}
+	m.crash(crashpoint.PausePausing)
 	dir := m.checkpointDir(id)
-	os.RemoveAll(dir)
+	if err := m.removeCheckpoint(id); err != nil {
+		_ = m.setState(ctx, b, StateRunning, "")
+		return Info{}, fmt.Errorf("pause %s: remove an old checkpoint: %w", id, err)
+	}
 	//confine:host spaced's state directory
 	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		_ = m.setState(ctx, b, StateRunning, "")
 		return Info{}, err
 	}
 	if err := cp.Checkpoint(ctx, id, dir, runtime.CheckpointOptions{Durable: true}); err != nil {
-		os.RemoveAll(dir)
-		// A failed checkpoint may have stopped the runtime; if so the sandbox is lost.
+		_ = m.removeCheckpoint(id)
+		err = errdefs.NoSpace(err)
+		// A failed checkpoint may have stopped the runtime; if so the sandbox comes back from
+		// its latest full snapshot, or is lost.
 		if st, serr := m.cfg.Drivers[b.rec.Runtime].State(ctx, id); serr == nil && st == runtime.StateRunning {
 			_ = m.setState(ctx, b, StateRunning, "")
 			return Info{}, fmt.Errorf("pause %s: %w", id, err)
 		}
-		m.crashed(ctx, b, "pause failed: "+err.Error())
+		if !m.recoverFromSnapshot(ctx, b, "pause failed: "+err.Error()) {
+			m.crashed(ctx, b, "pause failed: "+err.Error())
+		}
 		return Info{}, fmt.Errorf("pause %s: %w", id, err)
 	}
 	// The driver made dir's contents durable; its entry in checkpoints/ too.
@@ -75,10 +129,17 @@ func (m *Manager) Pause(ctx context.Context, tenant, id string) (Info, error) {
 		m.crashed(ctx, b, "pause: checkpoint not durable: "+err.Error())
 		return Info{}, fmt.Errorf("pause %s: make the checkpoint durable: %w", id, err)
 	}
+	m.crash(crashpoint.PauseCheckpoint)
+	if err := m.markCheckpoint(id); err != nil {
+		m.crashed(ctx, b, "pause: checkpoint could not be marked whole: "+err.Error())
+		return Info{}, fmt.Errorf("pause %s: mark the checkpoint: %w", id, err)
+	}
+	m.crash(crashpoint.PauseMarked)
 	// The runtime's own state goes; the checkpoint holds everything. The slot goes too: runsc
 	// took its addresses over, and a restore takes whatever slot it is given (the sandbox's own
 	// view of its network does not depend on it).
 	m.stopRuntime(ctx, b, "paused")
+	m.crash(crashpoint.PauseStopped)
 	b.rec.TimeoutSeconds = max(1, int(time.Until(b.rec.ExpiresAt).Round(time.Second)/time.Second))
 	b.rec.ExpiresAt = time.Time{}
 	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
@@ -134,6 +195,7 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 	if err := m.setState(ctx, b, StateResuming, ""); err != nil { // records the slot too
 		return err
 	}
+	m.crash(crashpoint.ResumeResuming)
 	spec := m.runtimeSpec(b, tpl)
 	if err := cp.Restore(ctx, spec, m.checkpointDir(b.rec.ID)); err != nil {
 		if rerr := m.cfg.Slots.Release(ctx, b.slot); rerr == nil {
@@ -150,12 +212,14 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 		m.unresume(ctx, b)
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s did not come back: %v", b.rec.ID, err))
 	}
+	m.crash(crashpoint.ResumeRestored)
 	b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)
 	if err := m.setState(ctx, b, StateRunning, ""); err != nil {
 		m.crashed(ctx, b, "resume could not be recorded: "+err.Error())
 		return err
 	}
-	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+	m.crash(crashpoint.ResumeRunning)
+	if err := m.removeCheckpoint(b.rec.ID); err != nil {
 		m.log.Warn("remove used checkpoint", "id", b.rec.ID, "err", err)
 	}
 	m.publish(EventResumed, b.rec, "")
@@ -167,9 +231,9 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 // caller holds b.mu.
 func (m *Manager) unresume(ctx context.Context, b *box) {
 	m.stopRuntime(ctx, b, "paused")
-	b.rec.State = string(StatePaused) // from pausing, resuming or running: the checkpoint rules
-	b.refresh()
-	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+	// From resuming (a failed resume) or pausing (a pause a restart interrupted): the
+	// checkpoint rules.
+	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
 		m.log.Error("record paused", "id", b.rec.ID, "err", err)
 	}
 }

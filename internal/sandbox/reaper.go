@@ -10,7 +10,11 @@ import (
 	"github.com/space-sandbox/space/internal/runtime"
 )
 
-// reaper removes expired sandboxes and notices runtimes that died.
+// pauseRetry is how long a sandbox whose on_timeout pause failed runs on before the next try.
+const pauseRetry = time.Minute
+
+// reaper removes (or pauses) expired sandboxes and notices runtimes that died. The work on each
+// sandbox runs on its own (m.background): one slow sandbox never holds up the others.
 func (m *Manager) reaper() {
 	defer m.wg.Done()
 	tick := time.NewTicker(m.cfg.ReapInterval)
@@ -22,24 +26,69 @@ func (m *Manager) reaper() {
 			return
 		case <-tick.C:
 		}
-		ctx := context.Background()
 		now := m.cfg.Now()
 		for _, b := range m.expired(now) {
-			if b.view.Load().OnTimeout == "pause" {
-				if _, err := m.Pause(ctx, b.tenant, b.id); err != nil {
-					m.log.Error("pause expired sandbox", "id", b.id, "err", err)
-				}
-				continue
-			}
-			if err := m.remove(ctx, b, EventExpired, "timeout"); err != nil {
-				m.log.Error("remove expired sandbox", "id", b.id, "err", err)
-			}
+			m.background("expire", b.id, func(ctx context.Context) { m.expire(ctx, b) })
 		}
 		if now.Sub(lastHealth) >= m.cfg.HealthInterval {
 			lastHealth = now
-			m.checkHealth(ctx)
+			m.checkHealth()
 		}
 	}
+}
+
+// expire ends b's time: removed, or paused if it asked for that. A pause that fails leaves it
+// running: an event says why and the pause is tried again after pauseRetry.
+func (m *Manager) expire(ctx context.Context, b *box) {
+	if b.view.Load().OnTimeout != "pause" {
+		if err := m.remove(ctx, b, EventExpired, "timeout"); err != nil {
+			m.log.Error("remove expired sandbox", "id", b.id, "err", err)
+		}
+		return
+	}
+	_, err := m.Pause(ctx, b.tenant, b.id)
+	if err == nil {
+		return
+	}
+	m.log.Error("pause expired sandbox", "id", b.id, "err", err)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StateRunning {
+		return
+	}
+	prev := b.rec
+	b.rec.ExpiresAt = m.cfg.Now().UTC().Add(pauseRetry)
+	if uerr := m.cfg.Store.UpdateSandbox(ctx, b.rec); uerr != nil {
+		b.rec = prev
+		m.log.Error("record the retry of a failed pause", "id", b.id, "err", uerr)
+	}
+	b.refresh()
+	m.publish(EventPauseFailed, b.rec, fmt.Sprintf("on_timeout pause failed (retried in %s): %v", pauseRetry, err))
+}
+
+// background runs fn for sandbox id in its own goroutine, at most one job of a kind per sandbox
+// and at most backgroundJobs at once; it returns false (and runs nothing) when that job is still
+// running or every worker is busy: the caller's next round tries again.
+func (m *Manager) background(kind, id string, fn func(ctx context.Context)) bool {
+	key := kind + "/" + id
+	m.mu.Lock()
+	if m.closing || m.busy[key] || len(m.busy) >= m.cfg.BackgroundJobs {
+		m.mu.Unlock()
+		return false
+	}
+	m.busy[key] = true
+	m.mu.Unlock()
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		defer func() {
+			m.mu.Lock()
+			delete(m.busy, key)
+			m.mu.Unlock()
+		}()
+		fn(context.Background())
+	}()
+	return true
 }
 
 func (m *Manager) snapshotBoxes() []*box {
@@ -66,24 +115,36 @@ func (m *Manager) expired(now time.Time) []*box {
 	return out
 }
 
-// checkHealth marks running sandboxes whose runtime is gone as crashed and frees their resources.
-func (m *Manager) checkHealth(ctx context.Context) {
+// checkHealth looks at every running sandbox's runtime: cheaply (runtime.Prober) where the
+// driver can, each sandbox in its own background job. One whose runtime is gone is brought back
+// from its latest full snapshot or marked crashed, and its resources are freed.
+func (m *Manager) checkHealth() {
 	for _, b := range m.snapshotBoxes() {
-		if !b.mu.TryLock() {
+		if b.view.Load().State != StateRunning {
 			continue
 		}
-		if State(b.rec.State) != StateRunning {
-			b.mu.Unlock()
+		if p, ok := m.cfg.Drivers[b.view.Load().Runtime].(runtime.Prober); ok && p.Alive(context.Background(), b.id) {
 			continue
 		}
-		st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, b.rec.ID)
-		if err == nil && st != runtime.StateRunning {
-			m.log.Warn("sandbox runtime died", "id", b.rec.ID, "state", st)
-			if !m.recoverFromSnapshot(ctx, b, "runtime is "+string(st)) {
-				m.crashed(ctx, b, "runtime is "+string(st))
-			}
+		m.background("health", b.id, func(ctx context.Context) { m.checkOne(ctx, b) })
+	}
+}
+
+// checkOne confirms with the driver's State that b's runtime is gone, and handles it.
+func (m *Manager) checkOne(ctx context.Context, b *box) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if State(b.rec.State) != StateRunning {
+		return
+	}
+	st, err := m.cfg.Drivers[b.rec.Runtime].State(ctx, b.rec.ID)
+	if err == nil && st != runtime.StateRunning {
+		m.log.Warn("sandbox runtime died", "id", b.rec.ID, "state", st)
+		if !m.recoverFromSnapshot(ctx, b, "runtime is "+string(st)) {
+			m.crashed(ctx, b, "runtime is "+string(st))
 		}
-		b.mu.Unlock()
 	}
 }
 

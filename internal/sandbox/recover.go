@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -34,6 +35,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 			return err
 		}
 		m.adopt(ctx, newBox(rec, spec))
+		m.crash(crashpoint.RecoverAdopting)
 	}
 	// Slots that no surviving sandbox holds (an earlier run died between taking a slot and
 	// recording it) go back.
@@ -111,8 +113,13 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	switch state {
 	case StateCreating, StateDeleting:
 		m.log.Info("finishing interrupted operation", "id", b.rec.ID, "state", state)
+		if s := State(b.rec.State); s != StateCreating && s != StateDeleting { // a warm pool member
+			if err := m.setState(ctx, b, StateDeleting, ""); err != nil {
+				m.log.Error("record deleting", "id", b.rec.ID, "err", err)
+			}
+		}
 		_ = m.teardown(ctx, b)
-		if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
+		if err := m.setState(ctx, b, StateDeleted, ""); err != nil {
 			m.log.Error("remove record", "id", b.rec.ID, "err", err)
 		}
 		return
@@ -139,11 +146,15 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	if err == nil && st == runtime.StateRunning && b.slot != nil {
 		m.setClient(b)
 		if state != StateRunning {
-			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs.
-			b.rec.State = string(StateRunning)
-			b.refresh()
-			if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
+			// pausing/resuming were interrupted; the runtime runs, so the sandbox runs, and a
+			// checkpoint it left (a resume that got as far as the restore) is stale.
+			if err := m.setState(ctx, b, StateRunning, ""); err != nil {
 				m.log.Error("persist adopted state", "id", b.rec.ID, "err", err)
+			}
+			if m.cfg.StateDir != "" {
+				if err := m.removeCheckpoint(b.rec.ID); err != nil {
+					m.log.Error("remove stale checkpoint", "id", b.rec.ID, "err", err)
+				}
 			}
 		}
 		m.register(b)
@@ -154,21 +165,60 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if (state == StatePausing || state == StateResuming) && m.cfg.StateDir != "" {
-		// Caught mid-pause or mid-resume: a checkpoint on disk is the sandbox; keep it paused.
-		//confine:host the checkpoint directory itself (its top level is the driver's)
-		if entries, err := os.ReadDir(m.checkpointDir(b.rec.ID)); err == nil && len(entries) > 0 {
+		switch {
+		case m.checkpointMarked(b.rec.ID):
+			// Caught mid-pause or mid-resume with a whole checkpoint: that is the sandbox.
 			m.log.Info("interrupted pause or resume: sandbox is paused", "id", b.rec.ID)
 			m.unresume(ctx, b)
 			return
+		case state == StatePausing && m.hasCheckpoint(b.rec.ID):
+			// The runtime stopped at its checkpoint but the pause died before marking it: the
+			// checkpoint may be whole or cut short. Try it; what does not come back is not
+			// taken for a pause.
+			if m.resumeUnmarked(ctx, b) {
+				return
+			}
 		}
 	}
 	if m.recoverFromSnapshot(ctx, b, "runtime not running after restart") {
 		return
 	}
-	if b.rec.State != string(StateRunning) {
-		b.rec.State = string(StateRunning) // so the guard allows running → error
-	}
+	// From running, pausing or resuming (recoverFromSnapshot leaves a failed recovery resuming).
 	m.crashed(ctx, b, fmt.Sprintf("runtime not running after restart (state %s, err %v)", st, err))
+}
+
+// hasCheckpoint reports whether id has a (possibly partial) checkpoint directory.
+func (m *Manager) hasCheckpoint(id string) bool {
+	//confine:host the checkpoint directory itself (its top level is the driver's)
+	entries, err := os.ReadDir(m.checkpointDir(id))
+	return err == nil && len(entries) > 0
+}
+
+// resumeUnmarked tries to bring b back from a checkpoint an interrupted pause left unmarked. On
+// success b runs again (same processes) and the checkpoint is gone; otherwise the checkpoint is
+// removed, b is resuming and the caller goes on to recovery. The caller holds b.mu; b is pausing.
+func (m *Manager) resumeUnmarked(ctx context.Context, b *box) bool {
+	m.log.Info("interrupted pause left an unmarked checkpoint: trying it", "id", b.rec.ID)
+	if b.slot != nil { // runsc held it; a restore gets a fresh one
+		m.stopRuntime(ctx, b, "stopped")
+	}
+	err := m.resume(ctx, b)
+	if err == nil {
+		m.log.Info("the checkpoint of an interrupted pause was whole: sandbox resumed", "id", b.rec.ID)
+		return true
+	}
+	m.log.Warn("the checkpoint of an interrupted pause does not restore", "id", b.rec.ID, "err", err)
+	m.stopRuntime(ctx, b, "stopped")
+	if rerr := m.removeCheckpoint(b.rec.ID); rerr != nil {
+		m.log.Error("remove a checkpoint that does not restore", "id", b.rec.ID, "err", rerr)
+	}
+	// resume leaves a failed restore paused; what it stood on is gone now, so on to recovery.
+	if State(b.rec.State) == StatePaused {
+		if err := m.setState(ctx, b, StateResuming, "checkpoint of an interrupted pause does not restore"); err != nil {
+			m.log.Error("record resuming", "id", b.rec.ID, "err", err)
+		}
+	}
+	return false
 }
 
 func (m *Manager) register(b *box) {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
@@ -50,10 +51,10 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 	if err != nil {
 		return Info{}, err
 	}
+	b.mu.Lock() // waits its turn; the time limit starts when it has the sandbox
+	defer b.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Minute)
 	defer cancel()
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	if len(rel) > 0 {
 		if State(b.rec.State) == StatePaused {
 			if err := m.resume(ctx, b); err != nil {
@@ -127,7 +128,10 @@ func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []
 		abs[i] = "/" + r
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel)) }()
+	go func() {
+		m.crash(crashpoint.RestorePaths)
+		pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel))
+	}()
 	err = b.client.RestoreTree(ctx, abs, pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
@@ -176,6 +180,7 @@ func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) error {
 			b.slot, b.rec.SlotIndex = nil, -1 // never claim a slot another sandbox may now hold
 		}
 	}
+	b.refresh() // its address is no longer its own (egress lookups)
 	return errors.Join(errs...)
 }
 
@@ -192,9 +197,10 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		return errdefs.InvalidArgument(fmt.Sprintf("snapshot %s is of runtime %s, the sandbox runs %s", sid, mf.Runtime, b.rec.Runtime))
 	}
 	m.stopRuntime(ctx, b, "stopped")
-	if err := os.RemoveAll(m.checkpointDir(b.rec.ID)); err != nil {
+	if err := m.removeCheckpoint(b.rec.ID); err != nil {
 		return err
 	}
+	m.crash(crashpoint.RestoreWhole)
 	work := filepath.Join(m.cfg.StateDir, "work", newID("restore_", 12))
 	//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
 	if err := os.MkdirAll(work, 0o700); err != nil {
@@ -395,18 +401,17 @@ func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) b
 		m.log.Error("cannot recover from snapshot", "id", b.rec.ID, "snapshot", last.ID, "err", err)
 		return false
 	}
-	if State(b.rec.State) != StateRunning && State(b.rec.State) != StateError {
-		b.rec.State = string(StateRunning) // pausing or resuming whose runtime is gone
-	}
-	if err := m.setState(ctx, b, StateResuming, ""); err != nil {
-		return false
+	// From running (checkHealth, probe) or pausing (adopt); a resume a restart interrupted
+	// (adopt) is resuming already and goes on as this one.
+	if State(b.rec.State) != StateResuming {
+		if err := m.setState(ctx, b, StateResuming, ""); err != nil {
+			return false
+		}
 	}
 	if err := m.bringUp(ctx, b, mf, last.ID); err != nil {
 		m.log.Error("recovery from snapshot failed", "id", b.rec.ID, "snapshot", last.ID, "err", err)
 		m.stopRuntime(ctx, b, "stopped")
-		b.rec.State = string(StateRunning) // so that the caller can record the crash
-		b.refresh()
-		return false
+		return false // still resuming: the caller records the crash (resuming → error)
 	}
 	if b.rec.ExpiresAt.IsZero() {
 		b.rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(max(b.rec.TimeoutSeconds, 1)) * time.Second)

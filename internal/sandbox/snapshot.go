@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
 	"github.com/space-sandbox/space/internal/runtime"
@@ -183,6 +184,7 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req SnapshotR
 	if err != nil {
 		return SnapshotInfo{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
+	m.crash(crashpoint.SnapStored)
 	// New to this tenant's snapshots, not to the store: what other tenants hold is no business
 	// of this one (stored.go).
 	if rec.StoredBytes, err = m.storedForTenant(ctx, cs, b.rec.Tenant, rec.ID, rootBytes); err != nil {
@@ -271,6 +273,7 @@ func (m *Manager) captureLayer(ctx context.Context, tx *cas.Txn, b *box, prev *m
 	var pass time.Duration
 	err = lc.Freeze(ctx, b.rec.ID, func(dir string) error {
 		stoppedAt = time.Now()
+		m.crash(crashpoint.SnapFrozen)
 		final, err := fstree.Capture(tx, dir, first.Index(), first.CapturedAt)
 		pass = time.Since(stoppedAt)
 		mf.Upper = final
@@ -296,6 +299,7 @@ func (m *Manager) captureFull(ctx context.Context, tx *cas.Txn, b *box, mf *mani
 	if err := cp.Checkpoint(ctx, b.rec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
 		return 0, err
 	}
+	m.crash(crashpoint.SnapFullFrozen)
 	frozen := time.Since(t0)
 	return frozen, m.captureCheckpoint(tx, dir, mf)
 }

@@ -23,6 +23,9 @@ func TestTransitions(t *testing.T) {
 		{StateDeleted, StateDeleting, false},
 		{StateError, StateDeleting, true},
 		{StateError, StateRunning, false},
+		{StateCreating, StateDeleted, true},
+		{StateCreating, StateError, false},
+		{StatePausing, StateResuming, true},
 	}
 	for _, tt := range tests {
 		err := checkTransition(tt.from, tt.to)

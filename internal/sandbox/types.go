@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/egress"
+	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -163,7 +164,7 @@ func validateNetwork(n Network) error {
 		return errdefs.InvalidArgument("network.credentials: at most 16")
 	}
 	for _, c := range n.Credentials {
-		if !secretNameRE.MatchString(c) {
+		if !credentials.ValidName(c) {
 			return errdefs.InvalidArgument(fmt.Sprintf("network.credentials: %q is not a secret name", c))
 		}
 	}

@@ -2,7 +2,7 @@ package sandbox
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/space-sandbox/space/internal/store"
@@ -74,6 +74,7 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 			}
 		}
 		prev := b.rec
+		// The member's state (running) carries over: no transition.
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
 		spec.WorkingDir, spec.User, spec.RootFS, spec.Layers = b.spec.WorkingDir, b.spec.User, b.spec.RootFS, b.spec.Layers
 		rec.Spec = encodeSpec(spec)
@@ -145,11 +146,17 @@ func (m *Manager) startWarm() error {
 	}
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
 	// The default template may still be building on a first start (minutes): wait for it.
-	tctx, tcancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	tctx, tcancel := context.WithTimeout(m.bg, 30*time.Minute)
 	tpl, err := m.cfg.Templates(tctx, rec.Template)
 	tcancel()
 	if err != nil {
 		return err
+	}
+	m.mu.Lock()
+	closed := m.closing
+	m.mu.Unlock()
+	if closed { // shutdown began while the template was built: start nothing
+		return errShuttingDown
 	}
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return err
@@ -164,8 +171,7 @@ func (m *Manager) startWarm() error {
 	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
 		cctx, ccancel := context.WithTimeout(context.Background(), time.Minute)
 		defer ccancel()
-		m.teardown(cctx, b)
-		if derr := m.cfg.Store.DeleteSandbox(cctx, rec.ID); derr != nil {
+		if derr := m.drop(cctx, b); derr != nil {
 			m.log.Error("remove record of failed warm sandbox", "id", rec.ID, "err", derr)
 		}
 		return err
@@ -177,7 +183,7 @@ func (m *Manager) startWarm() error {
 		return err
 	}
 	m.mu.Lock()
-	closed := m.closing
+	closed = m.closing
 	if !closed {
 		m.warm = append(m.warm, b)
 	}
@@ -200,34 +206,47 @@ func (m *Manager) goDiscard(b *box) {
 
 // discard removes a pool member that will not be used.
 func (m *Manager) discard(b *box) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
 	if err := m.drop(ctx, b); err != nil {
 		m.log.Error("remove warm sandbox", "id", b.rec.ID, "err", err)
 	}
 }
 
-// drop tears b down and removes its record. The caller holds b.mu.
+// drop tears b down and removes its record, for sandboxes no tenant sees (warm pool members,
+// build sandboxes, ones a restart caught being made or deleted): one never made goes from
+// creating to deleted, any other through deleting. The caller holds b.mu (or owns b alone).
 func (m *Manager) drop(ctx context.Context, b *box) error {
+	switch State(b.rec.State) {
+	case StateCreating, StateDeleting:
+	default:
+		if err := m.setState(ctx, b, StateDeleting, ""); err != nil {
+			return err
+		}
+	}
 	if err := m.teardown(ctx, b); err != nil {
 		return err
 	}
-	if err := m.cfg.Store.DeleteSandbox(ctx, b.rec.ID); err != nil {
-		return fmt.Errorf("delete record: %w", err)
-	}
-	return nil
+	return m.setState(ctx, b, StateDeleted, "")
 }
 
-// drainWarm removes every pool member (on Close).
-func (m *Manager) drainWarm() {
+// errShuttingDown: Close has begun.
+var errShuttingDown = errors.New("spaced is shutting down")
+
+// drainWarm removes pool members (on Close) until deadline; those left are removed by the next
+// start's recovery (warm pool members of an earlier run go).
+func (m *Manager) drainWarm(deadline time.Time) {
 	m.mu.Lock()
 	m.closing = true
 	warm := m.warm
 	m.warm = nil
 	m.mu.Unlock()
 	for _, b := range warm {
+		if time.Now().After(deadline) {
+			return
+		}
 		m.discard(b)
 	}
 }

@@ -30,6 +30,7 @@ var Packages = []string{
 	"internal/runtime/gvisor",
 	"internal/sandbox",
 	"internal/template",
+	"internal/template/build",
 	"internal/image",
 	"internal/durable",
 }

@@ -72,10 +72,10 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, opts runtime.Ch
 			return fmt.Errorf("fake: checkpoint %s: write %s: %w", id, dir, syscall.ENOSPC)
 		}
 	}
-	if err := os.Mkdir(filepath.Join(dir, "layer"), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(dir, "upper"), 0o755); err != nil {
 		return fmt.Errorf("fake: checkpoint %s: %w", id, err)
 	}
-	if err := copyTree(inst.layer(), filepath.Join(dir, "layer")); err != nil {
+	if err := copyTree(inst.layer(), filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("fake: checkpoint %s: copy writable layer: %w", id, err)
 	}
 	if err := writeManifest(dir, manifest{SandboxID: id}, opts.Durable); err != nil {
@@ -90,7 +90,7 @@ func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) err
 	if _, err := readManifest(dir); err != nil {
 		return fmt.Errorf("fake: restore %s: %w", spec.ID, err)
 	}
-	return d.start(ctx, spec, filepath.Join(dir, "layer"))
+	return d.start(ctx, spec, filepath.Join(dir, "upper"))
 }
 
 func layerSize(dir string) (int64, error) {

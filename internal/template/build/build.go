@@ -1,8 +1,13 @@
-package sandbox
+// Package build builds templates from recipes: a parent template or an image, then run, copy,
+// env and workdir steps, each run or copy step in a build sandbox whose writable layer becomes a
+// layer of the template (internal/template keeps them). It drives the sandbox lifecycle only
+// through Lifecycle, which *sandbox.Manager implements. The API and cmd/spaced import it.
+package build
 
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -10,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path"
 	"strings"
@@ -17,28 +23,69 @@ import (
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/confine"
+	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/image"
-	"github.com/space-sandbox/space/internal/runtime"
-	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/sandbox"
 	"github.com/space-sandbox/space/internal/template"
 )
 
-// BuildRequest builds a template from a parent template (or, later, an image) and steps.
-type BuildRequest struct {
-	Name  string      `json:"name"`
-	From  BuildFrom   `json:"from"`
-	Steps []BuildStep `json:"steps"`
+// Lifecycle is what builds need of the sandbox lifecycle; *sandbox.Manager implements it. Its
+// methods are safe to call concurrently.
+type Lifecycle interface {
+	// Template resolves a template by name, building a built-in one if needed.
+	Template(ctx context.Context, name string) (sandbox.Template, error)
+	// CanBuild reports nil if build sandboxes can hand over their writable layer.
+	CanBuild() error
+	// StartBuild starts a build sandbox (hidden from tenants) on tpl and returns once its agent
+	// answers. The caller must Remove it, whatever happens; a crash of spaced leaves it to
+	// recovery.
+	StartBuild(ctx context.Context, tpl sandbox.Template) (*sandbox.BuildSandbox, error)
+	// LayersInUse lists the layers every sandbox and snapshot stands on.
+	LayersInUse() []string
 }
 
-// BuildFrom names the parent: exactly one of Template and Image.
-type BuildFrom struct {
+// Config holds a Builder's dependencies.
+type Config struct {
+	Lifecycle Lifecycle
+	// Store keeps the templates; without it, listing, building and deleting templates fail.
+	Store  *template.Store
+	Logger *slog.Logger
+	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
+	Crash *crashpoint.Hook
+}
+
+// Builder lists, builds and deletes templates.
+type Builder struct {
+	lc    Lifecycle
+	ts    *template.Store
+	log   *slog.Logger
+	crash *crashpoint.Hook
+}
+
+// New returns a Builder.
+func New(cfg Config) *Builder {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Builder{lc: cfg.Lifecycle, ts: cfg.Store, log: cfg.Logger, crash: cfg.Crash}
+}
+
+// Request builds a template from a parent template (or, later, an image) and steps.
+type Request struct {
+	Name  string `json:"name"`
+	From  From   `json:"from"`
+	Steps []Step `json:"steps"`
+}
+
+// From names the parent: exactly one of Template and Image.
+type From struct {
 	Template string `json:"template,omitempty"`
 	Image    string `json:"image,omitempty"`
 }
 
-// BuildStep is one step; exactly one field is set.
-type BuildStep struct {
+// Step is one step; exactly one field is set.
+type Step struct {
 	Run     string            `json:"run,omitempty"`
 	Copy    *CopyStep         `json:"copy,omitempty"`
 	Env     map[string]string `json:"env,omitempty"`
@@ -56,7 +103,7 @@ type CopyStep struct {
 // maxBuildSteps bounds a recipe.
 const maxBuildSteps = 100
 
-func (st BuildStep) validate(i int) error {
+func (st Step) validate(i int) error {
 	n := 0
 	if st.Run != "" {
 		n++
@@ -78,7 +125,7 @@ func (st BuildStep) validate(i int) error {
 	}
 	if st.Env != nil {
 		n++
-		if err := validateMap(fmt.Sprintf("steps[%d].env", i), st.Env, envKeyRE); err != nil {
+		if err := sandbox.ValidateEnv(fmt.Sprintf("steps[%d].env", i), st.Env); err != nil {
 			return err
 		}
 	}
@@ -102,15 +149,15 @@ type TemplateInfo struct {
 	Parent    string
 }
 
-func (m *Manager) templateStore() (*template.Store, error) {
-	if m.cfg.TemplateStore == nil {
+func (m *Builder) templateStore() (*template.Store, error) {
+	if m.ts == nil {
 		return nil, errdefs.New(errdefs.ErrUnavailable, "this server has no template store")
 	}
-	return m.cfg.TemplateStore, nil
+	return m.ts, nil
 }
 
-// ListTemplates lists built-in and built templates.
-func (m *Manager) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
+// List lists built-in and built templates.
+func (m *Builder) List(ctx context.Context) ([]TemplateInfo, error) {
 	ts, err := m.templateStore()
 	if err != nil {
 		return nil, err
@@ -126,52 +173,26 @@ func (m *Manager) ListTemplates(ctx context.Context) ([]TemplateInfo, error) {
 	return out, nil
 }
 
-// DeleteTemplate removes a built template (and layers nothing uses any more).
-func (m *Manager) DeleteTemplate(ctx context.Context, name string) error {
+// Delete removes a built template (and layers nothing uses any more).
+func (m *Builder) Delete(ctx context.Context, name string) error {
 	ts, err := m.templateStore()
 	if err != nil {
 		return err
 	}
-	return ts.Delete(ctx, name, m.layersInUse)
+	return ts.Delete(ctx, name, m.lc.LayersInUse)
 }
 
-// layersInUse lists the layers every sandbox (running, paused or otherwise) was started on.
-func (m *Manager) layersInUse() []string {
-	var out []string
-	for _, b := range m.snapshotBoxes() {
-		v := b.view.Load()
-		out = append(out, v.Spec.RootFS)
-		out = append(out, v.Spec.Layers...)
-	}
-	// Snapshots are restored onto the layers they were taken on.
-	if m.cfg.Chunks != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		snaps, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{})
-		if err != nil {
-			m.log.Error("list snapshots for layers in use", "err", err)
-		}
-		for _, s := range snaps {
-			if mf, err := m.readManifest(s.ID); err == nil {
-				out = append(out, mf.Spec.RootFS)
-				out = append(out, mf.Spec.Layers...)
-			}
-		}
-	}
-	return out
-}
-
-// BuildTemplate builds req into a new template, reporting progress through logf. Each run or
+// Build builds req into a new template, reporting progress through logf. Each run or
 // copy step executes in a fresh build sandbox on the layers so far; its writable layer becomes a
 // layer of the template, stored under a key of (parent, steps so far), so that a rebuild of an
 // unchanged recipe (or one that shares a prefix) reuses those layers without running anything.
-func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func(string)) (TemplateInfo, error) {
+func (m *Builder) Build(ctx context.Context, req Request, logf func(string)) (TemplateInfo, error) {
 	ts, err := m.templateStore()
 	if err != nil {
 		return TemplateInfo{}, err
 	}
 	defer ts.Building()() // no layer cleanup while layers are made and found
-	if !nameRE.MatchString(req.Name) {
+	if !sandbox.ValidTemplateName(req.Name) {
 		return TemplateInfo{}, errdefs.InvalidArgument(fmt.Sprintf("name %q: lowercase letters, digits, '.', '_' and '-', up to 63", req.Name))
 	}
 	if len(req.Steps) > maxBuildSteps {
@@ -183,14 +204,14 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 		}
 	}
 	var parent string
-	var cur Template
+	var cur sandbox.Template
 	switch {
 	case req.From.Template != "" && req.From.Image == "":
 		parent = req.From.Template
 		if parent == req.Name {
 			return TemplateInfo{}, errdefs.InvalidArgument("a template cannot be built from itself")
 		}
-		if cur, err = m.cfg.Templates(ctx, parent); err != nil {
+		if cur, err = m.lc.Template(ctx, parent); err != nil {
 			return TemplateInfo{}, fmt.Errorf("from.template: %w", err)
 		}
 	case req.From.Image != "" && req.From.Template == "":
@@ -203,10 +224,8 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 	}
 	cur.Layers = append([]string(nil), cur.Layers...)
 	key := hashOf("space-template-v1", cur)
-	drv := m.cfg.Drivers[m.cfg.DefaultRuntime]
-	exporter, ok := drv.(runtime.LayerExporter)
-	if !ok {
-		return TemplateInfo{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("runtime %s cannot build templates", m.cfg.DefaultRuntime))
+	if err := m.lc.CanBuild(); err != nil {
+		return TemplateInfo{}, err
 	}
 	logf(fmt.Sprintf("building %s from %s: %d steps", req.Name, parent, len(req.Steps)))
 	for i, st := range req.Steps {
@@ -236,7 +255,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 			continue
 		}
 		logf(fmt.Sprintf("step %d/%d: %s", i+1, len(req.Steps), describe(st)))
-		if err := m.runStep(ctx, exporter, cur, st, layer, logf); err != nil {
+		if err := m.runStep(ctx, cur, st, layer, logf); err != nil {
 			return TemplateInfo{}, fmt.Errorf("step %d: %w", i+1, err)
 		}
 		cur.Layers = append(cur.Layers, layer)
@@ -250,7 +269,7 @@ func (m *Manager) BuildTemplate(ctx context.Context, req BuildRequest, logf func
 	return TemplateInfo{Name: saved.Name, SizeBytes: saved.SizeBytes, CreatedAt: saved.CreatedAt, Parent: saved.Parent}, nil
 }
 
-func describe(st BuildStep) string {
+func describe(st Step) string {
 	if st.Copy != nil {
 		return "copy " + st.Copy.Path
 	}
@@ -273,32 +292,22 @@ func hashOf(prev string, v any) string {
 // runStep runs one step in a build sandbox made from tpl and stores its writable layer at layer.
 // The build sandbox is hidden from tenants and removed whatever happens (after a crash of
 // spaced, by recovery).
-func (m *Manager) runStep(ctx context.Context, exp runtime.LayerExporter, tpl Template, st BuildStep, layer string, logf func(string)) (err error) {
-	rec, spec, err := m.prepare(ctx, warmTenant, CreateRequest{})
+func (m *Builder) runStep(ctx context.Context, tpl sandbox.Template, st Step, layer string, logf func(string)) (err error) {
+	b, err := m.lc.StartBuild(ctx, tpl)
 	if err != nil {
 		return err
 	}
-	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
-	b := newBox(rec, spec)
-	applyTemplate(b, tpl)
-	if err := m.cfg.Store.CreateSandbox(ctx, b.rec); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	defer func() {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()
-		if derr := m.drop(cctx, b); derr != nil {
-			m.log.Error("remove build sandbox", "id", b.rec.ID, "err", derr)
+		if derr := b.Remove(cctx); derr != nil {
+			m.log.Error("remove build sandbox", "id", b.ID(), "err", derr)
 		}
 	}()
-	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
-		return err
-	}
+	m.crash.At(crashpoint.BuildStarted)
 	switch {
 	case st.Run != "":
-		s, err := b.client.Start(ctx, agent.ExecRequest{Argv: []string{"/bin/sh", "-c", st.Run}, Env: tpl.Env, Cwd: tpl.WorkingDir, User: tpl.User})
+		s, err := b.Agent().Start(ctx, agent.ExecRequest{Argv: []string{"/bin/sh", "-c", st.Run}, Env: tpl.Env, Cwd: tpl.WorkingDir, User: tpl.User})
 		if err != nil {
 			return err
 		}
@@ -315,14 +324,15 @@ func (m *Manager) runStep(ctx context.Context, exp runtime.LayerExporter, tpl Te
 		if st.Copy.ContentB64 != "" {
 			data, _ = base64.StdEncoding.DecodeString(st.Copy.ContentB64)
 		}
-		if _, err := b.client.Upload(ctx, st.Copy.Path, os.FileMode(st.Copy.Mode), tpl.User, strings.NewReader(string(data))); err != nil {
+		if _, err := b.Agent().Upload(ctx, st.Copy.Path, os.FileMode(st.Copy.Mode), tpl.User, strings.NewReader(string(data))); err != nil {
 			return err
 		}
 	}
-	tmp := layer + ".tmp-" + b.rec.ID
-	if err := exp.ExportLayer(ctx, b.rec.ID, tmp); err != nil {
+	tmp := layer + ".tmp-" + b.ID()
+	if err := b.ExportLayer(ctx, tmp); err != nil {
 		return fmt.Errorf("export layer: %w", err)
 	}
+	m.crash.At(crashpoint.BuildLayer)
 	if err := os.Rename(tmp, layer); err != nil {
 		os.RemoveAll(tmp)
 		//confine:host a template layer directory by the store's own path, not a path inside it
@@ -360,7 +370,7 @@ func followBuild(s *agent.ProcessStream, logf func(string)) (int, error) {
 		case agent.EventStdout, agent.EventStderr, agent.EventPTY:
 			pw.Write(ev.Data)
 		case agent.EventEnd:
-			return exitCode(ev), nil
+			return sandbox.ExitCode(ev), nil
 		}
 	}
 }
@@ -379,46 +389,46 @@ func imageSource(ref string) image.Source {
 
 // imageTemplate unpacks an image into a layer keyed by its digest (reused when it is there
 // already) and returns it as a parent template carrying the image's Env, WorkingDir and User.
-func (m *Manager) imageTemplate(ctx context.Context, ts *template.Store, ref string, logf func(string)) (Template, error) {
-	tmpKey := hashOf("image-download", ref+newToken())[:32]
+func (m *Builder) imageTemplate(ctx context.Context, ts *template.Store, ref string, logf func(string)) (sandbox.Template, error) {
+	tmpKey := hashOf("image-download", ref+rand.Text())[:32]
 	tmp, _, err := ts.LayerPath(tmpKey)
 	if err != nil {
-		return Template{}, err
+		return sandbox.Template{}, err
 	}
 	tmp += ".tmp"
 	//confine:host a template layer directory by the store's own path, not a path inside it
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return Template{}, err
+		return sandbox.Template{}, err
 	}
 	defer os.RemoveAll(tmp)
 	logf("pulling " + ref)
 	cfg, err := image.Unpack(ctx, imageSource(ref), tmp, image.Options{Progress: logf, Logger: m.log})
 	if err != nil {
 		if errors.Is(err, errdefs.ErrUnavailable) {
-			return Template{}, errdefs.New(errdefs.ErrUpstream, err.Error())
+			return sandbox.Template{}, errdefs.New(errdefs.ErrUpstream, err.Error())
 		}
-		return Template{}, fmt.Errorf("from.image: %w", err)
+		return sandbox.Template{}, fmt.Errorf("from.image: %w", err)
 	}
 	// What every sandbox root needs: the agent's mount point, a /tmp, a user database.
 	if err := prepareImageRoot(tmp); err != nil {
-		return Template{}, fmt.Errorf("from.image: %w", err)
+		return sandbox.Template{}, fmt.Errorf("from.image: %w", err)
 	}
 	layer, exists, err := ts.LayerPath(hashOf("image", cfg.Digest)[:32])
 	if err != nil {
-		return Template{}, err
+		return sandbox.Template{}, err
 	}
 	if !exists {
 		if err := os.Rename(tmp, layer); err != nil {
-			return Template{}, err
+			return sandbox.Template{}, err
 		}
 	}
 	user, err := imageUser(layer, cfg.User)
 	if err != nil {
-		return Template{}, fmt.Errorf("from.image: %w", err)
+		return sandbox.Template{}, fmt.Errorf("from.image: %w", err)
 	}
-	t := Template{RootFS: layer, WorkingDir: cfg.WorkingDir, User: user}
+	t := sandbox.Template{RootFS: layer, WorkingDir: cfg.WorkingDir, User: user}
 	for _, kv := range cfg.Env {
-		if k, v, ok := strings.Cut(kv, "="); ok && envKeyRE.MatchString(k) {
+		if k, v, ok := strings.Cut(kv, "="); ok && sandbox.ValidEnvKey(k) {
 			if t.Env == nil {
 				t.Env = map[string]string{}
 			}

@@ -1,0 +1,322 @@
+package sandbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/space-sandbox/space/internal/cas"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/fstree"
+	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/runtime/fake"
+	"github.com/space-sandbox/space/internal/store"
+	"github.com/space-sandbox/space/internal/store/sqlite"
+)
+
+// loopPool hands out slots whose guest address is a loopback address, so that the fake
+// driver's in-process agents listen where the manager looks for them (as internal/api's tests).
+type loopPool struct {
+	mu          sync.Mutex
+	a, b        byte
+	inUse       map[int]bool
+	failRelease bool
+}
+
+func newLoopPool() *loopPool {
+	return &loopPool{a: byte(rand.IntN(200) + 20), b: byte(rand.IntN(250)), inUse: map[int]bool{}}
+}
+
+func (p *loopPool) slot(i int) *network.Slot {
+	guest := netip.AddrFrom4([4]byte{127, p.a, p.b, byte(i)})
+	return &network.Slot{Index: i, NetNS: fmt.Sprintf("loop-%d", i), GuestIf: "lo", HostIP: guest, GuestIP: netip.PrefixFrom(guest, 32)}
+}
+
+func (p *loopPool) Acquire(context.Context) (*network.Slot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i := 1; i < 255; i++ {
+		if !p.inUse[i] {
+			p.inUse[i] = true
+			return p.slot(i), nil
+		}
+	}
+	return nil, errdefs.New(errdefs.ErrResourceExhausted, "no slots")
+}
+
+func (p *loopPool) Adopt(_ context.Context, i int) (*network.Slot, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.inUse[i] {
+		return nil, errdefs.NotFound("slot gone")
+	}
+	return p.slot(i), nil
+}
+
+func (p *loopPool) Release(_ context.Context, s *network.Slot) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.failRelease {
+		return errors.New("loop pool: release fails as asked")
+	}
+	delete(p.inUse, s.Index)
+	return nil
+}
+
+func (p *loopPool) InUse() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int
+	for i := range p.inUse {
+		out = append(out, i)
+	}
+	return out
+}
+
+func (p *loopPool) setFailRelease(v bool) {
+	p.mu.Lock()
+	p.failRelease = v
+	p.mu.Unlock()
+}
+
+// edge is one state change seen by the store.
+type edge struct{ from, to State }
+
+// recordingStore is the real store that also records every state change written to it: the
+// state a record had before each update, and deleted for each removal.
+type recordingStore struct {
+	store.Store
+	mu    sync.Mutex
+	edges map[edge]int
+}
+
+func (s *recordingStore) note(ctx context.Context, id string, to State) {
+	prev, err := s.Store.GetSandbox(ctx, id)
+	if err != nil || State(prev.State) == to {
+		return
+	}
+	s.mu.Lock()
+	s.edges[edge{State(prev.State), to}]++
+	s.mu.Unlock()
+}
+
+func (s *recordingStore) UpdateSandbox(ctx context.Context, rec store.Sandbox) error {
+	s.note(ctx, rec.ID, State(rec.State))
+	return s.Store.UpdateSandbox(ctx, rec)
+}
+
+func (s *recordingStore) DeleteSandbox(ctx context.Context, id string) error {
+	s.note(ctx, id, StateDeleted)
+	return s.Store.DeleteSandbox(ctx, id)
+}
+
+func (s *recordingStore) seen() map[edge]int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := map[edge]int{}
+	for e, n := range s.edges {
+		out[e] = n
+	}
+	return out
+}
+
+// testEnv is a Manager on the fake driver, a loopback slot pool, a real store (recording state
+// changes) and a real chunk store.
+type testEnv struct {
+	t        *testing.T
+	dir      string
+	drv      *fake.Driver
+	pool     *loopPool
+	st       *recordingStore
+	raw      store.Store
+	chunks   *cas.Store
+	cfg      Config
+	m        *Manager
+	stateDir string
+}
+
+func newTestEnv(t *testing.T, tweak ...func(*Config)) *testEnv {
+	t.Helper()
+	ctx := context.Background()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	raw, err := sqlite.Open(ctx, filepath.Join(dir, "space.db"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { raw.Close() })
+	chunks, err := cas.Open(filepath.Join(dir, "store"), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { chunks.Close() })
+	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), pool: newLoopPool(), raw: raw, chunks: chunks,
+		st: &recordingStore{Store: raw, edges: map[edge]int{}}, stateDir: filepath.Join(dir, "state")}
+	rootfs := filepath.Join(dir, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e.cfg = Config{
+		Store: e.st, Drivers: map[string]runtime.Driver{"fake": e.drv}, DefaultRuntime: "fake",
+		Slots: e.pool, Logger: log, ReapInterval: 20 * time.Millisecond, ReadyTimeout: 5 * time.Second,
+		HealthInterval: time.Hour, StateDir: e.stateDir, Chunks: chunks,
+		Templates: func(_ context.Context, name string) (Template, error) {
+			if name == "minimal" {
+				return Template{RootFS: rootfs}, nil
+			}
+			return Template{}, errdefs.NotFound("template " + name + " not found")
+		},
+	}
+	for _, f := range tweak {
+		f(&e.cfg)
+	}
+	e.m = e.start()
+	t.Cleanup(func() {
+		e.m.Close()
+		for _, id := range e.runtimes() {
+			e.drv.Delete(ctx, id)
+		}
+	})
+	return e
+}
+
+// start makes a Manager on e's dependencies and recovers.
+func (e *testEnv) start() *Manager {
+	e.t.Helper()
+	m, err := New(e.cfg)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := m.Recover(context.Background()); err != nil {
+		e.t.Fatal(err)
+	}
+	return m
+}
+
+// restart is a restart of spaced: a new Manager on the same store, driver and pool.
+func (e *testEnv) restart() {
+	e.t.Helper()
+	e.m.Close()
+	e.m = e.start()
+}
+
+func (e *testEnv) runtimes() []string {
+	ids, _ := e.drv.List(context.Background())
+	return ids
+}
+
+func (e *testEnv) create(tenant string) Info {
+	e.t.Helper()
+	info, err := e.m.Create(context.Background(), tenant, CreateRequest{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info
+}
+
+func (e *testEnv) state(tenant, id string) State {
+	e.t.Helper()
+	info, err := e.m.Get(context.Background(), tenant, id)
+	if errors.Is(err, errdefs.ErrNotFound) {
+		return StateDeleted
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return info.State
+}
+
+// setRecord rewrites a sandbox's record in the store behind the manager's back, as a crash of
+// spaced in the middle of an operation leaves it.
+func (e *testEnv) setRecord(id string, st State) {
+	e.t.Helper()
+	ctx := context.Background()
+	rec, err := e.raw.GetSandbox(ctx, id)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	rec.State = string(st)
+	if err := e.raw.UpdateSandbox(ctx, rec); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// plantCheckpoint leaves a non-empty checkpoint directory for id, as an interrupted pause does.
+func (e *testEnv) plantCheckpoint(id string) {
+	e.t.Helper()
+	dir := filepath.Join(e.stateDir, "checkpoints", id)
+	if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("image"), 0o600); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// snapshotOfFiles records a snapshot of sandbox info made by hand (the fake driver cannot
+// capture files): kind filesystem holds files of a directory; kind full also an image the
+// runtime would restore.
+func (e *testEnv) snapshotOfFiles(info Info, kind string, files map[string]string) string {
+	e.t.Helper()
+	src := e.t.TempDir()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(content), 0o644); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	tx := e.chunks.Begin()
+	defer tx.Abort()
+	upper, err := fstree.Capture(tx, src, nil, time.Time{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mf := manifest{Version: manifestVersion, Kind: kind, SandboxID: info.ID, Template: info.Template, Runtime: info.Runtime,
+		Spec: info.Spec, Upper: upper}
+	mf.Spec.Parent = nil
+	if kind == KindFull {
+		img := fstree.Tree{CapturedAt: upper.CapturedAt}
+		mf.Checkpoint = &img
+		mf.AgentToken = "token-in-memory"
+	}
+	data, err := json.Marshal(mf)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	id := newID("snp_", 20)
+	if _, err := tx.Commit(id, data, mf.chunks()); err != nil {
+		e.t.Fatal(err)
+	}
+	if err := e.raw.CreateSnapshot(context.Background(), store.Snapshot{ID: id, Tenant: info.Tenant, SandboxID: info.ID,
+		Kind: kind, CreatedAt: time.Now().UTC()}); err != nil {
+		e.t.Fatal(err)
+	}
+	return id
+}
+
+// checkClean fails unless nothing of any sandbox is left: no runtime, slot, record.
+func (e *testEnv) checkClean() {
+	e.t.Helper()
+	if ids := e.runtimes(); len(ids) != 0 {
+		e.t.Errorf("runtimes left in the fake driver: %v", ids)
+	}
+	if in := e.pool.InUse(); len(in) != 0 {
+		e.t.Errorf("slots left in use: %v", in)
+	}
+	recs, err := e.raw.ListSandboxes(context.Background(), store.SandboxFilter{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if len(recs) != 0 {
+		e.t.Errorf("records left: %d (first %s in %s)", len(recs), recs[0].ID, recs[0].State)
+	}
+}
