@@ -51,8 +51,8 @@ func TestMalformedIDsAre404(t *testing.T) {
 		t.Fatal(err)
 	}
 	stateDir := t.TempDir()
-	e := newEnv(t, func(c *sandbox.Config) {
-		c.Secrets, c.Chunks, c.StateDir, c.TemplateStore = box, chunks, stateDir, templates
+	e := newEnvWith(t, services{templates: templates, secrets: box}, func(c *sandbox.Config) {
+		c.Chunks, c.StateDir = chunks, stateDir
 	})
 	url0 := newTenancyServer(e)
 	owned := e.create(`{"timeout_seconds":600}`)
