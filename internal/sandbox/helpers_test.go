@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -130,12 +131,18 @@ func (s *recordingStore) seen() map[edge]int {
 	return out
 }
 
-// testEnv is a Manager on the fake driver, a loopback slot pool, a real store (recording state
-// changes) and a real chunk store.
+// bareDriver is a driver with none of the optional abilities: the fake with them hidden.
+type bareDriver struct{ runtime.Driver }
+
+// testEnv is a Manager on the fake driver (runtime "fake", the default, and "bare", another fake
+// without its optional abilities), a loopback slot pool, a real store (recording state changes),
+// a real chunk store and a clock tests can move on.
 type testEnv struct {
 	t        *testing.T
 	dir      string
 	drv      *fake.Driver
+	bare     *fake.Driver
+	skew     atomic.Int64 // how far the manager's clock is ahead of time.Now, in nanoseconds
 	pool     *loopPool
 	st       *recordingStore
 	raw      store.Store
@@ -160,16 +167,19 @@ func newTestEnv(t *testing.T, tweak ...func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { chunks.Close() })
-	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), pool: newLoopPool(), raw: raw, chunks: chunks,
+	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), bare: fake.New(t.TempDir()), pool: newLoopPool(), raw: raw, chunks: chunks,
 		st: &recordingStore{Store: raw, edges: map[edge]int{}}, stateDir: filepath.Join(dir, "state")}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.Mkdir(e.stateDir, 0o700); err != nil { // spaced's home, which exists
+		t.Fatal(err)
+	}
 	e.cfg = Config{
-		Store: e.st, Drivers: map[string]runtime.Driver{"fake": e.drv}, DefaultRuntime: "fake",
+		Store: e.st, Drivers: map[string]runtime.Driver{"fake": e.drv, "bare": bareDriver{e.bare}}, DefaultRuntime: "fake",
 		Slots: e.pool, Logger: log, ReapInterval: 20 * time.Millisecond, ReadyTimeout: 5 * time.Second,
-		HealthInterval: time.Hour, StateDir: e.stateDir, Chunks: chunks,
+		HealthInterval: time.Hour, StateDir: e.stateDir, Chunks: chunks, Now: e.now,
 		Templates: func(_ context.Context, name string) (Template, error) {
 			if name == "minimal" {
 				return Template{RootFS: rootfs}, nil
@@ -183,12 +193,21 @@ func newTestEnv(t *testing.T, tweak ...func(*Config)) *testEnv {
 	e.m = e.start()
 	t.Cleanup(func() {
 		e.m.Close()
-		for _, id := range e.runtimes() {
-			e.drv.Delete(ctx, id)
+		for _, d := range []*fake.Driver{e.drv, e.bare} {
+			ids, _ := d.List(ctx)
+			for _, id := range ids {
+				d.Delete(ctx, id)
+			}
 		}
 	})
 	return e
 }
+
+// now is the manager's clock: time.Now moved on by advance.
+func (e *testEnv) now() time.Time { return time.Now().Add(time.Duration(e.skew.Load())) }
+
+// advance moves the manager's clock on by d (for expiry).
+func (e *testEnv) advance(d time.Duration) { e.skew.Add(int64(d)) }
 
 // start makes a Manager on e's dependencies and recovers.
 func (e *testEnv) start() *Manager {
@@ -210,9 +229,11 @@ func (e *testEnv) restart() {
 	e.m = e.start()
 }
 
+// runtimes lists the sandboxes of both drivers.
 func (e *testEnv) runtimes() []string {
 	ids, _ := e.drv.List(context.Background())
-	return ids
+	bare, _ := e.bare.List(context.Background())
+	return append(ids, bare...)
 }
 
 func (e *testEnv) create(tenant string) Info {
@@ -251,16 +272,33 @@ func (e *testEnv) setRecord(id string, st State) {
 	}
 }
 
-// plantCheckpoint leaves a non-empty checkpoint directory for id, as an interrupted pause does.
-func (e *testEnv) plantCheckpoint(id string) {
+// crashInPause leaves running sandbox id as a crash of spaced in the middle of a pause does once
+// the driver's checkpoint is on disk: its record pausing, the runtime stopped at its (durable)
+// checkpoint, its slot still recorded, and, with marked, the checkpoint marked whole (a crash
+// between marking it and removing the runtime). Without marked it is a crash between the
+// checkpoint and its mark.
+func (e *testEnv) crashInPause(id string, marked bool) {
 	e.t.Helper()
-	dir := filepath.Join(e.stateDir, "checkpoints", id)
-	if err := os.MkdirAll(filepath.Join(dir, "upper"), 0o700); err != nil {
+	e.setRecord(id, StatePausing)
+	dir := e.m.checkpointDir(id)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o700); err != nil {
 		e.t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(dir, "checkpoint.img"), []byte("image"), 0o600); err != nil {
+	if err := e.drv.Checkpoint(context.Background(), id, dir, runtime.CheckpointOptions{Durable: true}); err != nil {
 		e.t.Fatal(err)
 	}
+	if marked {
+		if err := e.m.markCheckpoint(id); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+// hasCheckpointDir reports whether anything of id's checkpoint (directory or mark) is left.
+func (e *testEnv) hasCheckpointDir(id string) bool {
+	_, err := os.Lstat(e.m.checkpointDir(id))
+	_, merr := os.Lstat(e.m.checkpointMark(id))
+	return err == nil || merr == nil
 }
 
 // snapshotOfFiles records a snapshot of sandbox info made by hand (the fake driver cannot

@@ -27,10 +27,6 @@ var allowed = map[edge]bool{
 	{StateError, StateDeleting}: true, {StateError, StateResuming}: true,
 }
 
-// needsCheckpoint are the edges only a driver that can checkpoint takes (Pause); the fake
-// cannot yet, so no real operation here takes them.
-var needsCheckpoint = map[edge]bool{{StateRunning, StatePausing}: true}
-
 // TestGuardEveryPair: the guard allows exactly the table's edges, for every pair of states, and
 // refuses the others as a conflict (409) through setState too, changing nothing.
 func TestGuardEveryPair(t *testing.T) {
@@ -130,45 +126,66 @@ func TestEveryTransitionTaken(t *testing.T) {
 		t.Fatalf("restore from error: %v, state %s", err, e.state(tn, r.ID))
 	}
 
+	// running → pausing → paused; paused → resuming → running; resuming → paused: a resume
+	// whose restore fails goes back to paused; paused → deleting.
+	q := e.create(tn)
+	if _, err := e.m.Pause(ctx, tn, q.ID); err != nil || e.state(tn, q.ID) != StatePaused {
+		t.Fatalf("pause: %v, state %s", err, e.state(tn, q.ID))
+	}
+	if _, err := e.m.Resume(ctx, tn, q.ID); err != nil || e.state(tn, q.ID) != StateRunning {
+		t.Fatalf("resume: %v, state %s", err, e.state(tn, q.ID))
+	}
+	if _, err := e.m.Pause(ctx, tn, q.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.drv.FailCreate = func(string) bool { return true }
+	if _, err := e.m.Resume(ctx, tn, q.ID); err == nil || e.state(tn, q.ID) != StatePaused {
+		t.Fatalf("resume on a failing runtime: %v, state %s", err, e.state(tn, q.ID))
+	}
+	e.drv.FailCreate = nil
+	if err := e.m.Delete(ctx, tn, q.ID); err != nil {
+		t.Fatalf("delete of a paused sandbox: %v", err)
+	}
+
 	// Restarts of spaced in the middle of pauses and resumes.
 	p1, p2, p3, p4, p5, p6 := e.create(tn), e.create(tn), e.create(tn), e.create(tn), e.create(tn), e.create(tn)
 	e.setRecord(p1.ID, StatePausing) // runtime still running → running
 	e.setRecord(p2.ID, StateResuming)
-	e.setRecord(p3.ID, StatePausing) // runtime gone, checkpoint on disk → paused
-	e.drv.Kill(p3.ID)
-	e.plantCheckpoint(p3.ID)
+	e.crashInPause(p3.ID, true) // runtime stopped at a marked checkpoint → paused
+	// A resume that had not restored yet: marked checkpoint, no runtime → paused.
+	if _, err := e.m.Pause(ctx, tn, p4.ID); err != nil {
+		t.Fatal(err)
+	}
 	e.setRecord(p4.ID, StateResuming)
-	e.drv.Kill(p4.ID)
-	e.plantCheckpoint(p4.ID)
 	e.setRecord(p5.ID, StatePausing) // runtime gone, nothing to come back from → error
 	e.drv.Kill(p5.ID)
-	// runtime gone, a full snapshot → resuming, which fails on this driver → error
-	e.snapshotOfFiles(p6, KindFull, map[string]string{"f": "x"})
+	// Runtime gone, a full snapshot → resuming → running from the snapshot.
+	if _, err := e.m.Snapshot(ctx, tn, p6.ID, SnapshotRequest{Kind: KindFull}); err != nil {
+		t.Fatalf("full snapshot: %v", err)
+	}
 	e.setRecord(p6.ID, StatePausing)
 	e.drv.Kill(p6.ID)
 	e.restart()
 	for _, tt := range []struct {
 		id   string
 		want State
-	}{{p1.ID, StateRunning}, {p2.ID, StateRunning}, {p3.ID, StatePaused}, {p4.ID, StatePaused}, {p5.ID, StateError}, {p6.ID, StateError}} {
+	}{{p1.ID, StateRunning}, {p2.ID, StateRunning}, {p3.ID, StatePaused}, {p4.ID, StatePaused}, {p5.ID, StateError}, {p6.ID, StateRunning}} {
 		if got := e.state(tn, tt.id); got != tt.want {
 			t.Errorf("after restart %s is %s, want %s", tt.id, got, tt.want)
 		}
 	}
-	// paused → deleting; paused → resuming → running (a restore of a paused sandbox).
-	if err := e.m.Delete(ctx, tn, p3.ID); err != nil {
-		t.Fatal(err)
+	// A paused sandbox a restart found resumes; another is restored from a snapshot
+	// (paused → resuming → running).
+	if _, err := e.m.Resume(ctx, tn, p3.ID); err != nil || e.state(tn, p3.ID) != StateRunning {
+		t.Fatalf("resume after restart: %v, state %s", err, e.state(tn, p3.ID))
 	}
 	if _, err := e.m.Restore(ctx, tn, p4.ID, sid, nil); err != nil || e.state(tn, p4.ID) != StateRunning {
 		t.Fatalf("restore of a paused sandbox: %v, state %s", err, e.state(tn, p4.ID))
 	}
-	// resuming → paused: a resume whose checkpoint does not restore goes back to paused. The
-	// fake cannot restore, so the resume is refused before it starts; a restart in the middle
-	// of one is what takes the edge here (p4 above).
 
 	seen := e.st.seen()
 	for ed := range allowed {
-		if seen[ed] == 0 && !needsCheckpoint[ed] {
+		if seen[ed] == 0 {
 			t.Errorf("no operation took %s → %s", ed.from, ed.to)
 		}
 	}
@@ -182,7 +199,7 @@ func TestEveryTransitionTaken(t *testing.T) {
 	sort.Strings(taken)
 	t.Logf("taken: %s", strings.Join(taken, ", "))
 
-	for _, id := range []string{p1.ID, p2.ID, p4.ID, p5.ID, p6.ID, r.ID} {
+	for _, id := range []string{p1.ID, p2.ID, p3.ID, p4.ID, p5.ID, p6.ID, r.ID} {
 		if err := e.m.Delete(ctx, tn, id); err != nil {
 			t.Fatal(err)
 		}
@@ -198,18 +215,34 @@ func TestIllegalOperations(t *testing.T) {
 	const tn = "acme"
 	running := e.create(tn)
 	paused := e.create(tn)
-	e.setRecord(paused.ID, StatePausing)
-	e.drv.Kill(paused.ID)
-	e.plantCheckpoint(paused.ID)
+	if _, err := e.m.Pause(ctx, tn, paused.ID); err != nil {
+		t.Fatal(err)
+	}
 	broken := e.create(tn)
 	e.setRecord(broken.ID, StateError)
 	gone := e.create(tn)
+	// On a runtime without a checkpointer or a layer capturer: a running sandbox, and one whose
+	// record says paused (as after a change of configuration).
+	bare, err := e.m.Create(ctx, tn, CreateRequest{Runtime: "bare"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	barePaused, err := e.m.Create(ctx, tn, CreateRequest{Runtime: "bare"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.setRecord(barePaused.ID, StatePaused)
+	if err := e.bare.Delete(ctx, barePaused.ID); err != nil {
+		t.Fatal(err)
+	}
 	e.restart()
 	if err := e.m.Delete(ctx, tn, gone.ID); err != nil {
 		t.Fatal(err)
 	}
-	if s := e.state(tn, paused.ID); s != StatePaused {
-		t.Fatalf("setup: %s", s)
+	for _, sb := range []Info{paused, barePaused} {
+		if s := e.state(tn, sb.ID); s != StatePaused {
+			t.Fatalf("setup: %s is %s", sb.ID, s)
+		}
 	}
 	sid := e.snapshotOfFiles(running, KindFilesystem, nil)
 	tests := []struct {
@@ -238,15 +271,15 @@ func TestIllegalOperations(t *testing.T) {
 		{"restore of a deleted sandbox", gone.ID, func(id string) error { _, err := e.m.Restore(ctx, tn, id, sid, nil); return err }, errdefs.ErrNotFound},
 		{"another tenant's pause", running.ID, func(id string) error { _, err := e.m.Pause(ctx, "other", id); return err }, errdefs.ErrNotFound},
 		// What needs a checkpoint or a look at the files is refused on a driver without them.
-		{"pause without a checkpointer", running.ID, func(id string) error { _, err := e.m.Pause(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
-		{"resume without a checkpointer", paused.ID, func(id string) error { _, err := e.m.Resume(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
-		{"exec on a paused sandbox without a checkpointer", paused.ID, func(id string) error {
+		{"pause without a checkpointer", bare.ID, func(id string) error { _, err := e.m.Pause(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
+		{"resume without a checkpointer", barePaused.ID, func(id string) error { _, err := e.m.Resume(ctx, tn, id); return err }, errdefs.ErrFailedPrecondition},
+		{"exec on a paused sandbox without a checkpointer", barePaused.ID, func(id string) error {
 			_, err := e.m.Exec(ctx, tn, id, ExecOptions{Argv: []string{"true"}})
 			return err
 		}, errdefs.ErrFailedPrecondition},
-		{"fork without a checkpointer", running.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
-		{"file snapshot without a layer capturer", running.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
-		{"full snapshot without a checkpointer", running.ID, func(id string) error {
+		{"fork without a checkpointer", bare.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
+		{"file snapshot without a layer capturer", bare.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
+		{"full snapshot without a checkpointer", bare.ID, func(id string) error {
 			_, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{Kind: KindFull})
 			return err
 		}, errdefs.ErrFailedPrecondition},
@@ -267,7 +300,7 @@ func TestIllegalOperations(t *testing.T) {
 			}
 		})
 	}
-	for _, id := range []string{running.ID, paused.ID, broken.ID} {
+	for _, id := range []string{running.ID, paused.ID, broken.ID, bare.ID, barePaused.ID} {
 		if err := e.m.Delete(ctx, tn, id); err != nil {
 			t.Fatal(err)
 		}
@@ -313,7 +346,15 @@ func TestConcurrentOperations(t *testing.T) {
 				}
 			})
 			op("pause", func() error { _, err := e.m.Pause(ctx, tn, sb.ID); return err })
-			op("fork", func() error { _, err := e.m.Fork(ctx, tn, sb.ID, 2); return err })
+			op("fork", func() error {
+				copies, err := e.m.Fork(ctx, tn, sb.ID, 2)
+				for _, c := range copies {
+					if derr := e.m.Delete(ctx, tn, c.ID); derr != nil {
+						return fmt.Errorf("delete copy %s: %w", c.ID, derr)
+					}
+				}
+				return err
+			})
 			op("snapshot", func() error { _, err := e.m.Snapshot(ctx, tn, sb.ID, SnapshotRequest{}); return err })
 			op("get", func() error { _, err := e.m.Get(ctx, tn, sb.ID); return err })
 		}

@@ -28,6 +28,8 @@ type manifest struct {
 	Format    int       `json:"format"`
 	SandboxID string    `json:"sandboxID"`
 	CreatedAt time.Time `json:"createdAt"`
+	// AgentToken is the token the agent held: Restore's agent demands it (see the package doc).
+	AgentToken string `json:"agentToken"`
 }
 
 // Checkpoint implements runtime.Checkpointer: see the package doc. dir must be empty or not
@@ -78,19 +80,21 @@ func (d *Driver) Checkpoint(ctx context.Context, id, dir string, opts runtime.Ch
 	if err := copyTree(inst.layer(), filepath.Join(dir, "upper")); err != nil {
 		return fmt.Errorf("fake: checkpoint %s: copy writable layer: %w", id, err)
 	}
-	if err := writeManifest(dir, manifest{SandboxID: id}, opts.Durable); err != nil {
+	if err := writeManifest(dir, manifest{SandboxID: id, AgentToken: inst.currentToken()}, opts.Durable); err != nil {
 		return fmt.Errorf("fake: checkpoint %s: %w", id, err)
 	}
 	return nil
 }
 
 // Restore implements runtime.Checkpointer: a new sandbox spec.ID over a copy of the layer of
-// the checkpoint in dir. Processes are not restored.
+// the checkpoint in dir, its agent demanding the checkpointed agent's token (not
+// spec.AgentToken). Processes are not restored.
 func (d *Driver) Restore(ctx context.Context, spec runtime.Spec, dir string) error {
-	if _, err := readManifest(dir); err != nil {
+	m, err := readManifest(dir)
+	if err != nil {
 		return fmt.Errorf("fake: restore %s: %w", spec.ID, err)
 	}
-	return d.start(ctx, spec, filepath.Join(dir, "upper"))
+	return d.start(ctx, spec, filepath.Join(dir, "upper"), m.AgentToken)
 }
 
 func layerSize(dir string) (int64, error) {

@@ -16,24 +16,29 @@
 //     its answer waits. Freeze keeps the sandbox paused while fn runs, Checkpoint while it saves,
 //     and Pause (a test control) leaves it paused as a crash of spaced in the middle of a Freeze
 //     would; Thaw ends that. Pauses nest; Thaw ends them all.
-//   - Checkpoint copies the layer into dir/layer (through confine) and writes the manifest
+//   - Checkpoint copies the layer into dir/upper (through confine) and writes the manifest
 //     dir/fake-checkpoint.json last, so that a directory without it is a half-written
 //     checkpoint; with Durable both are fsynced and the manifest is renamed into place. Without
 //     LeaveRunning the sandbox is stopped afterwards (StateStopped until Delete). A failed
 //     Checkpoint empties dir and leaves the sandbox running. Processes are not saved: Restore
 //     starts a new agent for spec.ID, in spec's slot, over a copy of the checkpoint's layer; no
 //     process of the checkpointed sandbox runs in it.
+//   - Access token. The agent's token is part of its memory: the manifest records the token
+//     the agent holds at the checkpoint (spec.AgentToken, or the last one it was given through
+//     POST /init), and Restore starts the new agent with that token, not spec.AgentToken, as a
+//     real restore brings the checkpointed agent back (the caller rotates it).
 //   - ExportLayer stops the sandbox and moves its layer to dest. The fake has no template view,
 //     so a layer holds no whiteouts unless a test made them.
 //   - Usage measures the layer (DiskBytes) and reports the spec's memory limit (default
-//     DefaultMemoryMiB). CPU and memory in use are not measured and are 0: the agent's
-//     processes are children of the test process, shared by every sandbox.
+//     DefaultMemoryMiB). CPU and memory in use are not measured and are 0 (MemoryInUse, if
+//     set, gives the latter): the agent's processes are children of the test process, shared
+//     by every sandbox.
 //
 // Create and Restore check the spec paths they do not use when set (RootFS a directory,
 // AgentPath a regular file, Network.NetNSPath existing), so that a spec a real driver refuses
 // fails here too. The fake's state lives in its process: a Driver made later on the same root
-// knows no sandbox. Fault hooks (FailCreate, Delay, OnPause, CheckpointSpace) let tests make
-// operations fail or take long.
+// knows no sandbox. Fault hooks (FailCreate, Delay, OnPause, CheckpointSpace, MemoryInUse) let
+// tests make operations fail or take long.
 package fake
 
 import (
@@ -48,6 +53,7 @@ import (
 	"regexp"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -93,6 +99,9 @@ type Driver struct {
 	// Agent, if set, is served in the agent's place, given the real agent's handler: what a
 	// sandbox that replaced its agent with a server of its own answers.
 	Agent func(agent http.Handler) http.Handler
+	// MemoryInUse, if set, is the memory Usage reports in use by sandbox id (MemoryBytes), so
+	// that a test can make a sandbox look too big for the disk a checkpoint would go to.
+	MemoryInUse func(id string) int64
 }
 
 type instance struct {
@@ -103,8 +112,12 @@ type instance struct {
 	cancel context.CancelFunc
 	done   chan struct{}
 	dead   bool
-	paused int // pauses in force (Freeze, Checkpoint, Pause); guarded by Driver.mu
+	paused int                    // pauses in force (Freeze, Checkpoint, Pause); guarded by Driver.mu
+	token  atomic.Pointer[string] // the token the agent demands now (see tokenWatch)
 }
+
+// currentToken is the token the agent demands now: its start token or the last it was given.
+func (i *instance) currentToken() string { return *i.token.Load() }
 
 // New returns an empty Driver whose sandboxes keep their layers under root (an existing
 // directory, such as t.TempDir()).
@@ -120,7 +133,7 @@ func (d *Driver) Available(context.Context) error { return d.Unavailable }
 
 // Create implements runtime.Driver.
 func (d *Driver) Create(ctx context.Context, spec runtime.Spec) error {
-	return d.start(ctx, spec, "")
+	return d.start(ctx, spec, "", spec.AgentToken)
 }
 
 var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
@@ -146,8 +159,9 @@ func validateSpec(spec runtime.Spec) error {
 	return nil
 }
 
-// start makes sandbox spec.ID, its layer a copy of from if set, else empty.
-func (d *Driver) start(ctx context.Context, spec runtime.Spec, from string) (err error) {
+// start makes sandbox spec.ID, its layer a copy of from if set, else empty, its agent demanding
+// token.
+func (d *Driver) start(ctx context.Context, spec runtime.Spec, from, token string) (err error) {
 	if d.Delay > 0 {
 		select {
 		case <-time.After(d.Delay):
@@ -180,6 +194,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, from string) (err
 		}
 	}
 	inst := &instance{spec: spec, dir: filepath.Join(d.root, spec.ID), gate: newGate(), done: make(chan struct{})}
+	inst.token.Store(&token)
 	if err := os.Mkdir(inst.dir, 0o700); err != nil {
 		return fmt.Errorf("fake: create %s: %w", spec.ID, err)
 	}
@@ -200,7 +215,7 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, from string) (err
 	for k, v := range spec.Env {
 		env = append(env, k+"="+v)
 	}
-	srv, err := server.New(server.Config{Token: spec.AgentToken, BaseEnv: env})
+	srv, err := server.New(server.Config{Token: token, BaseEnv: env})
 	if err != nil {
 		return err
 	}
@@ -215,14 +230,11 @@ func (d *Driver) start(ctx context.Context, spec runtime.Spec, from string) (err
 	inst.cancel = cancel
 	go func() {
 		defer close(inst.done)
-		gl := &gatedListener{Listener: ln, gate: inst.gate}
-		if d.Agent == nil {
-			_ = srv.Serve(sctx, gl)
-			return
+		h := inst.tokenWatch(srv.Handler())
+		if d.Agent != nil {
+			h = d.Agent(h)
 		}
-		hs := &http.Server{Handler: d.Agent(srv.Handler())}
-		context.AfterFunc(sctx, func() { hs.Close() })
-		_ = hs.Serve(gl)
+		serve(sctx, h, &gatedListener{Listener: ln, gate: inst.gate})
 	}()
 	d.mu.Lock()
 	d.boxes[spec.ID] = inst

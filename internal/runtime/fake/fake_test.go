@@ -96,7 +96,7 @@ func (h *harness) client(id string) (*agent.Client, string, error) {
 		return nil, "", err
 	}
 	url := "http://" + netip.AddrPortFrom(inst.spec.Network.GuestIP.Addr(), runtime.AgentPort).String()
-	return agent.NewClient(url, inst.spec.AgentToken, h.hc), inst.layer(), nil
+	return agent.NewClient(url, inst.currentToken(), h.hc), inst.layer(), nil
 }
 
 func (h *harness) writeFile(ctx context.Context, id, path string, data []byte) error {
@@ -308,5 +308,41 @@ func TestCheckpointManifestLast(t *testing.T) {
 	}
 	if st, _ := f.d.State(t.Context(), spec.ID); st != runtime.StateUnknown {
 		t.Errorf("State after a failed Restore = %s", st)
+	}
+}
+
+// TestRestoreKeepsToken: a restored agent demands the token the checkpointed agent held (the
+// last one it was given), not the restore spec's, as a real restore brings its memory back.
+func TestRestoreKeepsToken(t *testing.T) {
+	f := newFixture(t)
+	c, _, err := f.h.client(f.spec.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Rotate(t.Context(), "rotated"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := f.d.Checkpoint(t.Context(), f.spec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		t.Fatal(err)
+	}
+	netw, release := f.h.newNetwork(t)
+	t.Cleanup(release)
+	spec := runtime.Spec{ID: "fk-copy", AgentToken: "spec-token", Network: netw}
+	t.Cleanup(func() { f.d.Delete(context.Background(), spec.ID) })
+	if err := f.d.Restore(t.Context(), spec, dir); err != nil {
+		t.Fatal(err)
+	}
+	url := "http://" + netip.AddrPortFrom(netw.GuestIP.Addr(), runtime.AgentPort).String()
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+	defer cancel()
+	if err := agent.NewClient(url, "rotated", f.h.hc).WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.NewClient(url, "spec-token", f.h.hc).Rotate(ctx, "x"); err == nil {
+		t.Error("the restored agent took the restore spec's token")
+	}
+	if err := agent.NewClient(url, "rotated", f.h.hc).Rotate(ctx, "mine"); err != nil {
+		t.Errorf("the restored agent refused the checkpointed agent's token: %v", err)
 	}
 }

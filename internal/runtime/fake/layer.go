@@ -36,7 +36,7 @@ func (d *Driver) ExportLayer(_ context.Context, id, dest string) error {
 }
 
 // Usage implements runtime.UsageReporter: the layer's size and the spec's memory limit; CPU and
-// memory in use are 0 (see the package doc).
+// memory in use are 0 (see the package doc), memory MemoryInUse's answer if set.
 func (d *Driver) Usage(_ context.Context, id string) (runtime.Usage, error) {
 	inst, err := d.lookup("usage of", id)
 	if err != nil {
@@ -53,6 +53,9 @@ func (d *Driver) Usage(_ context.Context, id string) (runtime.Usage, error) {
 		limit = DefaultMemoryMiB
 	}
 	u := runtime.Usage{MemoryLimit: limit << 20}
+	if d.MemoryInUse != nil {
+		u.MemoryBytes = d.MemoryInUse(id)
+	}
 	if u.DiskBytes, err = layerSize(inst.layer()); err != nil {
 		return runtime.Usage{}, fmt.Errorf("fake: usage of %s: %w", id, err)
 	}
