@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,14 +22,18 @@ func descendants(pid int) []int {
 	for len(queue) > 0 {
 		p := queue[0]
 		queue = queue[1:]
-		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(p), "task", strconv.Itoa(p), "children"))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
-				queue = append(queue, c)
+		// Each thread has its own children (Go starts processes from any of its threads).
+		tasks, _ := filepath.Glob(filepath.Join("/proc", strconv.Itoa(p), "task", "*", "children"))
+		for _, task := range tasks {
+			b, err := os.ReadFile(task)
+			if err != nil {
+				continue
+			}
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+					queue = append(queue, c)
+				}
 			}
 		}
 	}
@@ -44,6 +49,17 @@ func TestShutdownDuringBaseBuild(t *testing.T) {
 	d := startSpaced(t, "SPACE_TEMPLATES_DIR="+tpls, "SPACE_WARM_POOL=2")
 	c := d.Client
 	ctx := ctxT(t)
+	// Whatever fails below, spaced runs again at cleanup (before the harness's own) so that the
+	// sandbox is deleted and the leak check sees a clean host.
+	t.Cleanup(func() {
+		if d.Client.Healthz(context.Background()) == nil {
+			return
+		}
+		d.Opts.Env = append(slices.Clip(d.Opts.Env), "SPACE_TEMPLATES_DIR="+sharedTemplates(), "SPACE_WARM_POOL=0")
+		if err := d.Restart(context.Background()); err != nil {
+			t.Errorf("restart for cleanup: %v", err)
+		}
+	})
 	sb := create(t, c, client.CreateSandboxRequest{Template: "minimal"})
 	run(t, c, sb.ID, "echo kept > /root/file")
 	pid, err := c.ExecBackground(ctx, sb.ID, client.ExecRequest{Command: "sleep 3600"})

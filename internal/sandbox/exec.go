@@ -172,6 +172,23 @@ func (m *Manager) clientFor(tenant, id string) (*agent.Client, context.Context, 
 	return b.client, b.life, env, b.spec, nil
 }
 
+// startFailed explains a command that could not be started: a sandbox that stopped meanwhile (a
+// pause, a delete or a crash racing the start) is said to be unavailable, in its state, rather
+// than passing on the broken connection.
+func (m *Manager) startFailed(ctx context.Context, tenant, id string, err error) error {
+	if serr := stopped(ctx); serr != nil {
+		return serr
+	}
+	b, lerr := m.lookup(tenant, id)
+	if lerr != nil {
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s went away while the command was being started", id))
+	}
+	if st := b.view.Load().State; st != StateRunning {
+		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s is %s: the command was not started", id, st))
+	}
+	return err
+}
+
 // Agent returns the agent client of a running sandbox, for file operations, and a context that
 // is ctx ended also when the sandbox stops. Call release when done.
 func (m *Manager) Agent(ctx context.Context, tenant, id string) (c *agent.Client, actx context.Context, release func(), err error) {
@@ -250,7 +267,7 @@ func (m *Manager) Exec(ctx context.Context, tenant, id string, o ExecOptions) (*
 	stream, err := c.Start(sctx, req)
 	if err != nil {
 		cancel()
-		return nil, err
+		return nil, m.startFailed(sctx, tenant, id, err)
 	}
 	if o.Timeout > 0 {
 		pid := stream.PID()

@@ -2,7 +2,9 @@ package sandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"path/filepath"
 
 	"golang.org/x/sys/unix"
 
@@ -14,13 +16,19 @@ import (
 // metadata, the file system's own blocks), and what is left for everything else on the disk.
 const checkpointSlack = 64 << 20
 
-// freeSpace is the space free for spaced under its state directory.
+// freeSpace is the space free for spaced under its state directory (of the nearest directory
+// that exists, should it not be made yet).
 func (m *Manager) freeSpace() (int64, error) {
 	var st unix.Statfs_t
-	if err := unix.Statfs(m.cfg.StateDir, &st); err != nil {
-		return 0, err
+	for dir := filepath.Clean(m.cfg.StateDir); ; dir = filepath.Dir(dir) {
+		err := unix.Statfs(dir, &st)
+		if err == nil {
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		}
+		if !errors.Is(err, unix.ENOENT) || dir == filepath.Dir(dir) {
+			return 0, err
+		}
 	}
-	return int64(st.Bavail) * int64(st.Bsize), nil
 }
 
 // roomForCheckpoint refuses, before anything is touched, a checkpoint of b (pause, fork, full
