@@ -45,6 +45,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	if err != nil {
 		return Info{}, fmt.Errorf("template %s: %w", rec.Template, err)
 	}
+	// Its time starts now: waiting for a template to be built (minutes, the first time) is
+	// not the sandbox's.
+	rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(rec.TimeoutSeconds) * time.Second)
 	b0 := newBox(rec, spec)
 	applyTemplate(b0, tpl)
 	rec, spec = b0.rec, b0.spec
