@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -154,11 +155,11 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 		req.Env = env
 	}
 	if a := req.AutoSnapshot; a != nil {
-		if a.IntervalSeconds < minAutoInterval || a.IntervalSeconds > 86400 {
-			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", minAutoInterval))
+		if a.IntervalSeconds < snapshot.MinAutoInterval || a.IntervalSeconds > 86400 {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", snapshot.MinAutoInterval))
 		}
 		if a.Keep == 0 {
-			a.Keep = defaultAutoKeep
+			a.Keep = snapshot.DefaultAutoKeep
 		}
 		if a.Keep < 1 || a.Keep > 100 {
 			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument("auto_snapshot.keep: want 1..100")

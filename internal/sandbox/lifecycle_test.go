@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -117,7 +118,7 @@ func TestEveryTransitionTaken(t *testing.T) {
 	// running → resuming → running: a whole restore from a filesystem snapshot; resuming →
 	// error: one whose new runtime does not start; error → resuming → running: restored again.
 	r := e.create(tn)
-	sid := e.snapshotOfFiles(r, KindFilesystem, map[string]string{"f": "from the snapshot"})
+	sid := e.snapshotOfFiles(r, snapshot.KindFilesystem, map[string]string{"f": "from the snapshot"})
 	if _, err := e.m.Restore(ctx, tn, r.ID, sid, nil); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -143,7 +144,7 @@ func TestEveryTransitionTaken(t *testing.T) {
 	e.setRecord(p5.ID, StatePausing) // runtime gone, nothing to come back from → error
 	e.drv.Kill(p5.ID)
 	// runtime gone, a full snapshot → resuming, which fails on this driver → error
-	e.snapshotOfFiles(p6, KindFull, map[string]string{"f": "x"})
+	e.snapshotOfFiles(p6, snapshot.KindFull, map[string]string{"f": "x"})
 	e.setRecord(p6.ID, StatePausing)
 	e.drv.Kill(p6.ID)
 	e.restart()
@@ -211,7 +212,7 @@ func TestIllegalOperations(t *testing.T) {
 	if s := e.state(tn, paused.ID); s != StatePaused {
 		t.Fatalf("setup: %s", s)
 	}
-	sid := e.snapshotOfFiles(running, KindFilesystem, nil)
+	sid := e.snapshotOfFiles(running, snapshot.KindFilesystem, nil)
 	tests := []struct {
 		name string
 		id   string
@@ -234,7 +235,7 @@ func TestIllegalOperations(t *testing.T) {
 		{"delete of a deleted sandbox", gone.ID, func(id string) error { return e.m.Delete(ctx, tn, id) }, errdefs.ErrNotFound},
 		{"fork of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
 		{"timeout of a paused sandbox", paused.ID, func(id string) error { _, err := e.m.SetTimeout(ctx, tn, id, 60); return err }, errdefs.ErrFailedPrecondition},
-		{"snapshot of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
+		{"snapshot of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{}); return err }, errdefs.ErrFailedPrecondition},
 		{"restore of a deleted sandbox", gone.ID, func(id string) error { _, err := e.m.Restore(ctx, tn, id, sid, nil); return err }, errdefs.ErrNotFound},
 		{"another tenant's pause", running.ID, func(id string) error { _, err := e.m.Pause(ctx, "other", id); return err }, errdefs.ErrNotFound},
 		// What needs a checkpoint or a look at the files is refused on a driver without them.
@@ -245,9 +246,9 @@ func TestIllegalOperations(t *testing.T) {
 			return err
 		}, errdefs.ErrFailedPrecondition},
 		{"fork without a checkpointer", running.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
-		{"file snapshot without a layer capturer", running.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
+		{"file snapshot without a layer capturer", running.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{}); return err }, errdefs.ErrFailedPrecondition},
 		{"full snapshot without a checkpointer", running.ID, func(id string) error {
-			_, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{Kind: KindFull})
+			_, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{Kind: snapshot.KindFull})
 			return err
 		}, errdefs.ErrFailedPrecondition},
 	}
@@ -314,7 +315,7 @@ func TestConcurrentOperations(t *testing.T) {
 			})
 			op("pause", func() error { _, err := e.m.Pause(ctx, tn, sb.ID); return err })
 			op("fork", func() error { _, err := e.m.Fork(ctx, tn, sb.ID, 2); return err })
-			op("snapshot", func() error { _, err := e.m.Snapshot(ctx, tn, sb.ID, SnapshotRequest{}); return err })
+			op("snapshot", func() error { _, err := e.m.Snapshot(ctx, tn, sb.ID, snapshot.Request{}); return err })
 			op("get", func() error { _, err := e.m.Get(ctx, tn, sb.ID); return err })
 		}
 		op("delete", func() error { return e.m.Delete(ctx, tn, sb.ID) })

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
-	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -82,15 +82,15 @@ type Config struct {
 	MaxTimeout      time.Duration
 	MaxPerTenant    int
 	DefaultEgress   string
-	ReapInterval    time.Duration // how often expiry is checked (default 1s)
-	HealthInterval  time.Duration // how often runtimes are checked for crashes (default 10s)
-	ReadyTimeout    time.Duration // how long create waits for the agent (default 30s)
-	WarmPool        int           // sandboxes of the default shape kept started ahead of demand
-	StateDir        string        // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks          *cas.Store    // where snapshots live (snapshots need it and StateDir)
-	Audit           Audit         // egress decisions of the gateway (optional)
-	EgressCA        []byte        // PEM of the gateway's interception CA, trusted in every sandbox
-	Credentials     Credentials   // tenants' credential secrets (optional: no secrets without it)
+	ReapInterval    time.Duration   // how often expiry is checked (default 1s)
+	HealthInterval  time.Duration   // how often runtimes are checked for crashes (default 10s)
+	ReadyTimeout    time.Duration   // how long create waits for the agent (default 30s)
+	WarmPool        int             // sandboxes of the default shape kept started ahead of demand
+	StateDir        string          // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks          snapshot.Chunks // where snapshots live (snapshots need it and StateDir)
+	Audit           Audit           // egress decisions of the gateway (optional)
+	EgressCA        []byte          // PEM of the gateway's interception CA, trusted in every sandbox
+	Credentials     Credentials     // tenants' credential secrets (optional: no secrets without it)
 	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
 	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
@@ -117,7 +117,7 @@ type Manager struct {
 	pinned  map[string]int // shared layers being set up (see layers.go)
 	closing bool
 
-	tenantChunks tenantChunks // what each tenant's snapshots hold, for stored_bytes (stored.go)
+	snaps *snapshot.Store // snapshots' content (nil without Chunks)
 
 	layerMu sync.Mutex // serialises making and removing shared layers
 
@@ -198,7 +198,11 @@ func New(cfg Config) (*Manager, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	m := &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}
+	if cfg.Chunks != nil {
+		m.snaps = snapshot.New(cfg.Chunks, cfg.Store, cfg.Logger)
+	}
+	return m, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.
@@ -248,10 +252,7 @@ type RuntimeInfo struct {
 	Reason    string
 }
 
-var (
-	idRE         = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
-	snapshotIDRE = regexp.MustCompile(`^snp_[0-9a-z]{20}$`)
-)
+var idRE = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
 
 // ValidID reports whether id has the form of a sandbox ID.
 func ValidID(id string) bool { return idRE.MatchString(id) }
