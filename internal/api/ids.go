@@ -7,6 +7,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/snapshot"
 )
 
 // IDs are opaque to clients (API.md): one of a shape no ID has names nothing, and answers 404
@@ -28,7 +29,7 @@ func pathIDError(r *http.Request) error {
 	if strings.Contains(r.Pattern, "/v1/sandboxes/{id}") && !sandbox.ValidID(r.PathValue("id")) {
 		return unknownID("sandbox", r.PathValue("id"))
 	}
-	if strings.Contains(r.Pattern, "/v1/snapshots/{sid}") && !sandbox.ValidSnapshotID(r.PathValue("sid")) {
+	if strings.Contains(r.Pattern, "/v1/snapshots/{sid}") && !snapshot.ValidID(r.PathValue("sid")) {
 		return unknownID("snapshot", r.PathValue("sid"))
 	}
 	return nil
@@ -36,7 +37,7 @@ func pathIDError(r *http.Request) error {
 
 // snapshotRefError is pathIDError for a snapshot ID given in a body or query field.
 func snapshotRefError(sid string) error {
-	if !sandbox.ValidSnapshotID(sid) {
+	if !snapshot.ValidID(sid) {
 		return unknownID("snapshot", sid)
 	}
 	return nil

@@ -5,7 +5,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/snapshot"
 )
 
 func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -17,7 +17,7 @@ func (s *Server) handleCreateSnapshot(w http.ResponseWriter, r *http.Request, p 
 		s.writeError(w, r, err)
 		return
 	}
-	snap, err := s.sb.Snapshot(r.Context(), p.Tenant, r.PathValue("id"), sandbox.SnapshotRequest{Kind: req.Kind, Label: req.Label})
+	snap, err := s.sb.Snapshot(r.Context(), p.Tenant, r.PathValue("id"), snapshot.Request{Kind: req.Kind, Label: req.Label})
 	if err != nil {
 		s.writeError(w, r, err)
 		return

@@ -11,6 +11,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/snapshot"
 )
 
 // sandboxJSON is E2B's Sandbox (create and connect responses).
@@ -335,7 +336,7 @@ type snapshotJSON struct {
 	Names      []string `json:"names"`
 }
 
-func snapshotOf(s sandbox.SnapshotInfo) snapshotJSON {
+func snapshotOf(s snapshot.Info) snapshotJSON {
 	names := []string{}
 	if s.Label != "" {
 		names = append(names, s.Label)
@@ -352,7 +353,7 @@ func (h *Handler) snapshot(w http.ResponseWriter, r *http.Request, p auth.Princi
 		h.writeError(w, err)
 		return
 	}
-	s, err := h.sb.Snapshot(r.Context(), p.Tenant, r.PathValue("id"), sandbox.SnapshotRequest{Kind: sandbox.KindFull, Label: req.Name})
+	s, err := h.sb.Snapshot(r.Context(), p.Tenant, r.PathValue("id"), snapshot.Request{Kind: snapshot.KindFull, Label: req.Name})
 	if err != nil {
 		h.writeError(w, err)
 		return

@@ -7,6 +7,7 @@ import (
 
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/sandbox"
+	"github.com/space-sandbox/space/internal/snapshot"
 )
 
 // pathIDError returns the not-found error for a path ID of r's route that no sandbox or
@@ -18,7 +19,7 @@ func pathIDError(r *http.Request) error {
 	switch {
 	case strings.Contains(r.Pattern, "/sandboxes/{id}") && !sandbox.ValidID(id):
 		return unknownID("sandbox", id)
-	case strings.Contains(r.Pattern, "/templates/{id}") && !sandbox.ValidSnapshotID(id):
+	case strings.Contains(r.Pattern, "/templates/{id}") && !snapshot.ValidID(id):
 		return unknownID("template", id) // E2B's templates here are snapshots
 	}
 	return nil

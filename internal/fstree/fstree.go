@@ -201,11 +201,16 @@ func entryOf(ce confine.Entry) (Entry, error) {
 	return e, nil
 }
 
+// ChunkSource gives file contents back by their chunks (a *cas.Store).
+type ChunkSource interface {
+	WriteTo(w io.Writer, chunks []cas.Chunk) (int64, error)
+}
+
 // Materialize writes t into the existing empty directory dir, reading file contents from s.
 // Every chunk is hash-checked; a damaged tree fails instead of producing wrong files. A tree is
 // what a sandbox wrote, so it goes to the host through confine: nothing is written through a
 // link, set-id bits, devices and fifos are dropped (whiteouts are kept: overlayfs needs them).
-func Materialize(s *cas.Store, t Tree, dir string) error {
+func Materialize(s ChunkSource, t Tree, dir string) error {
 	root, err := confine.Open(dir)
 	if err != nil {
 		return err
@@ -243,7 +248,7 @@ func meta(e Entry) confine.Meta {
 	return confine.Meta{UID: e.UID, GID: e.GID, Mode: e.Mode, MTime: e.MTime, Xattrs: e.Xattrs}
 }
 
-func create(root *confine.Root, s *cas.Store, e Entry) error {
+func create(root *confine.Root, s ChunkSource, e Entry) error {
 	switch e.Type {
 	case "d":
 		return root.Mkdir(e.Path, 0o700) // meta later
@@ -284,7 +289,7 @@ func create(root *confine.Root, s *cas.Store, e Entry) error {
 
 // Open returns e's content: from the chunk store for captured entries, from the host for
 // entries of a directory layer.
-func Open(s *cas.Store, e Entry) (io.ReadCloser, error) {
+func Open(s ChunkSource, e Entry) (io.ReadCloser, error) {
 	if e.layer != "" {
 		root, err := confine.Open(e.layer)
 		if err != nil {

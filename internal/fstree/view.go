@@ -13,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/confine"
 )
 
@@ -283,7 +282,7 @@ func CleanAbs(p string) (string, error) {
 
 // WriteTar writes, as a tar stream with names relative to the root, everything the view holds
 // at and under each of paths (relative form).
-func WriteTar(w io.Writer, s *cas.Store, v *View, paths []string) error {
+func WriteTar(w io.Writer, s ChunkSource, v *View, paths []string) error {
 	tw := tar.NewWriter(w)
 	for _, p := range paths {
 		err := v.Walk(p, func(e Entry) error {

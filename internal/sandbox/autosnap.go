@@ -5,15 +5,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
-)
-
-// Automatic snapshots (Spec.AutoSnapshot).
-const (
-	minAutoInterval = 2 // seconds
-	defaultAutoKeep = 5
-	// AutoLabel labels automatic snapshots; the oldest of them beyond Keep are deleted.
-	AutoLabel = "auto"
 )
 
 // errUnchanged ends an automatic snapshot of files that did not change.
@@ -63,7 +56,7 @@ func (m *Manager) autoSnapshots() {
 func (m *Manager) autoSnapshot(b *box, keep int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	info, err := m.Snapshot(ctx, b.tenant, b.id, SnapshotRequest{Kind: KindFilesystem, Label: AutoLabel, OnlyIfChanged: true})
+	info, err := m.Snapshot(ctx, b.tenant, b.id, snapshot.Request{Kind: snapshot.KindFilesystem, Label: snapshot.AutoLabel, OnlyIfChanged: true})
 	if err != nil {
 		m.log.Warn("automatic snapshot failed", "id", b.id, "err", err)
 		return
@@ -76,17 +69,10 @@ func (m *Manager) autoSnapshot(b *box, keep int) {
 		m.log.Warn("list automatic snapshots", "id", b.id, "err", err)
 		return
 	}
-	var autos []store.Snapshot
-	for _, s := range list {
-		if s.Label == AutoLabel {
-			autos = append(autos, s)
-		}
-	}
-	for len(autos) > keep {
-		if err := m.DeleteSnapshot(ctx, b.tenant, autos[0].ID); err != nil {
-			m.log.Warn("prune automatic snapshot", "snapshot", autos[0].ID, "err", err)
+	for _, s := range snapshot.Prune(list, keep) {
+		if err := m.DeleteSnapshot(ctx, b.tenant, s.ID); err != nil {
+			m.log.Warn("prune automatic snapshot", "snapshot", s.ID, "err", err)
 			return
 		}
-		autos = autos[1:]
 	}
 }

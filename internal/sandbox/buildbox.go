@@ -102,8 +102,8 @@ func (m *Manager) LayersInUse() []string {
 		}
 		for _, s := range snaps {
 			if mf, err := m.readManifest(s.ID); err == nil {
-				out = append(out, mf.Spec.RootFS)
-				out = append(out, mf.Spec.Layers...)
+				out = append(out, mf.RootFS)
+				out = append(out, mf.Layers...)
 			}
 		}
 	}

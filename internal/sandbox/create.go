@@ -10,6 +10,7 @@ import (
 	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -47,7 +48,9 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	}
 	// Its time starts now: waiting for a template to be built (minutes, the first time) is
 	// not the sandbox's.
-	rec.ExpiresAt = m.cfg.Now().UTC().Add(time.Duration(rec.TimeoutSeconds) * time.Second)
+	now := m.cfg.Now().UTC()
+	rec.CreatedAt, rec.UpdatedAt = now, now
+	rec.ExpiresAt = now.Add(time.Duration(rec.TimeoutSeconds) * time.Second)
 	b0 := newBox(rec, spec)
 	applyTemplate(b0, tpl)
 	rec, spec = b0.rec, b0.spec
@@ -157,11 +160,11 @@ func (m *Manager) prepare(ctx context.Context, tenant string, req CreateRequest)
 		req.Env = env
 	}
 	if a := req.AutoSnapshot; a != nil {
-		if a.IntervalSeconds < minAutoInterval || a.IntervalSeconds > 86400 {
-			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", minAutoInterval))
+		if a.IntervalSeconds < snapshot.MinAutoInterval || a.IntervalSeconds > 86400 {
+			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument(fmt.Sprintf("auto_snapshot.interval_seconds: want %d..86400", snapshot.MinAutoInterval))
 		}
 		if a.Keep == 0 {
-			a.Keep = defaultAutoKeep
+			a.Keep = snapshot.DefaultAutoKeep
 		}
 		if a.Keep < 1 || a.Keep > 100 {
 			return store.Sandbox{}, Spec{}, errdefs.InvalidArgument("auto_snapshot.keep: want 1..100")

@@ -15,6 +15,7 @@ import (
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/fake"
+	"github.com/space-sandbox/space/internal/snapshot"
 )
 
 // writeLayer puts a file straight into running sandbox id's writable layer (the fake's layer is
@@ -126,7 +127,7 @@ func TestRecoverInterruptedPause(t *testing.T) {
 		e.writeLayer(sb.ID, "f", "before the pause of "+sb.ID)
 	}
 	e.writeLayer(snapped.ID, "f", "in the full snapshot")
-	if _, err := e.m.Snapshot(ctx, tn, snapped.ID, SnapshotRequest{Kind: KindFull}); err != nil {
+	if _, err := e.m.Snapshot(ctx, tn, snapped.ID, snapshot.Request{Kind: snapshot.KindFull}); err != nil {
 		t.Fatal(err)
 	}
 	e.writeLayer(snapped.ID, "f", "after the full snapshot")
@@ -331,7 +332,7 @@ func TestDeleteWaitsForLongOperation(t *testing.T) {
 	}{
 		{"pause", func(e *testEnv, id string) error { _, err := e.m.Pause(context.Background(), "acme", id); return err }},
 		{"full snapshot", func(e *testEnv, id string) error {
-			_, err := e.m.Snapshot(context.Background(), "acme", id, SnapshotRequest{Kind: KindFull})
+			_, err := e.m.Snapshot(context.Background(), "acme", id, snapshot.Request{Kind: snapshot.KindFull})
 			return err
 		}},
 	} {

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -21,6 +20,7 @@ import (
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/fake"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
@@ -318,20 +318,20 @@ func (e *testEnv) snapshotOfFiles(info Info, kind string, files map[string]strin
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	mf := manifest{Version: manifestVersion, Kind: kind, SandboxID: info.ID, Template: info.Template, Runtime: info.Runtime,
-		Spec: info.Spec, Upper: upper}
-	mf.Spec.Parent = nil
-	if kind == KindFull {
+	spec := info.Spec
+	spec.Parent = nil
+	mf, err := snapshot.NewManifest(kind, info.ID, info.Template, info.Runtime, nil, encodeSpec(spec))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	mf.Upper = upper
+	if kind == snapshot.KindFull {
 		img := fstree.Tree{CapturedAt: upper.CapturedAt}
 		mf.Checkpoint = &img
 		mf.AgentToken = "token-in-memory"
 	}
-	data, err := json.Marshal(mf)
-	if err != nil {
-		e.t.Fatal(err)
-	}
 	id := newID("snp_", 20)
-	if _, err := tx.Commit(id, data, mf.chunks()); err != nil {
+	if _, err := snapshot.New(e.chunks, e.raw, nil).Commit(tx, id, mf); err != nil {
 		e.t.Fatal(err)
 	}
 	if err := e.raw.CreateSnapshot(context.Background(), store.Snapshot{ID: id, Tenant: info.Tenant, SandboxID: info.ID,

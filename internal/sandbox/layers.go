@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/durable"
-	"github.com/space-sandbox/space/internal/fstree"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -63,7 +63,7 @@ func (m *Manager) shareUpper(ckpt string) (layer string, unpin func(), err error
 
 // snapshotLayer returns the shared layer holding snapshot sid's files, writing it from the chunk
 // store the first time; pinned until unpin is called.
-func (m *Manager) snapshotLayer(sid string, mf *manifest) (layer string, unpin func(), err error) {
+func (m *Manager) snapshotLayer(sid string, mf *snapshot.Manifest) (layer string, unpin func(), err error) {
 	cs, err := m.chunkStore()
 	if err != nil {
 		return "", nil, err
@@ -77,23 +77,9 @@ func (m *Manager) snapshotLayer(sid string, mf *manifest) (layer string, unpin f
 		return layer, unpin, nil
 	}
 	tmp := filepath.Join(m.layersDir(), ".tmp-"+newID("", 12))
-	err = func() error {
-		//confine:host spaced's shared-layer directory and the layer directories by their own paths, not paths inside them
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			return err
-		}
-		if err := fstree.Materialize(cs, mf.Upper, tmp); err != nil {
-			return fmt.Errorf("snapshot %s: %w", sid, err)
-		}
-		if err := durable.SyncTree(tmp); err != nil {
-			return err
-		}
-		return os.Rename(tmp, layer)
-	}()
-	if err != nil {
-		os.RemoveAll(tmp)
+	if err := cs.WriteLayer(mf.Upper, tmp, layer); err != nil {
 		unpin()
-		return "", nil, err
+		return "", nil, fmt.Errorf("snapshot %s: %w", sid, err)
 	}
 	return layer, unpin, nil
 }
@@ -116,7 +102,7 @@ func (m *Manager) gcLayers(ctx context.Context) {
 			used[l] = true
 		}
 	}
-	if m.cfg.Chunks != nil {
+	if m.snaps != nil {
 		snaps, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{})
 		if err != nil {
 			m.log.Error("list snapshots for layer cleanup", "err", err)
@@ -128,7 +114,7 @@ func (m *Manager) gcLayers(ctx context.Context) {
 				m.log.Error("read snapshot for layer cleanup; keeping every layer", "snapshot", s.ID, "err", err)
 				return
 			}
-			for _, l := range mf.Spec.Layers {
+			for _, l := range mf.Layers {
 				used[l] = true
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -113,7 +114,7 @@ func TestEveryTransitionTaken(t *testing.T) {
 	// running → resuming → running: a whole restore from a filesystem snapshot; resuming →
 	// error: one whose new runtime does not start; error → resuming → running: restored again.
 	r := e.create(tn)
-	sid := e.snapshotOfFiles(r, KindFilesystem, map[string]string{"f": "from the snapshot"})
+	sid := e.snapshotOfFiles(r, snapshot.KindFilesystem, map[string]string{"f": "from the snapshot"})
 	if _, err := e.m.Restore(ctx, tn, r.ID, sid, nil); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
@@ -160,7 +161,7 @@ func TestEveryTransitionTaken(t *testing.T) {
 	e.setRecord(p5.ID, StatePausing) // runtime gone, nothing to come back from → error
 	e.drv.Kill(p5.ID)
 	// Runtime gone, a full snapshot → resuming → running from the snapshot.
-	if _, err := e.m.Snapshot(ctx, tn, p6.ID, SnapshotRequest{Kind: KindFull}); err != nil {
+	if _, err := e.m.Snapshot(ctx, tn, p6.ID, snapshot.Request{Kind: snapshot.KindFull}); err != nil {
 		t.Fatalf("full snapshot: %v", err)
 	}
 	e.setRecord(p6.ID, StatePausing)
@@ -244,7 +245,7 @@ func TestIllegalOperations(t *testing.T) {
 			t.Fatalf("setup: %s is %s", sb.ID, s)
 		}
 	}
-	sid := e.snapshotOfFiles(running, KindFilesystem, nil)
+	sid := e.snapshotOfFiles(running, snapshot.KindFilesystem, nil)
 	tests := []struct {
 		name string
 		id   string
@@ -267,7 +268,7 @@ func TestIllegalOperations(t *testing.T) {
 		{"delete of a deleted sandbox", gone.ID, func(id string) error { return e.m.Delete(ctx, tn, id) }, errdefs.ErrNotFound},
 		{"fork of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
 		{"timeout of a paused sandbox", paused.ID, func(id string) error { _, err := e.m.SetTimeout(ctx, tn, id, 60); return err }, errdefs.ErrFailedPrecondition},
-		{"snapshot of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
+		{"snapshot of a sandbox in error", broken.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{}); return err }, errdefs.ErrFailedPrecondition},
 		{"restore of a deleted sandbox", gone.ID, func(id string) error { _, err := e.m.Restore(ctx, tn, id, sid, nil); return err }, errdefs.ErrNotFound},
 		{"another tenant's pause", running.ID, func(id string) error { _, err := e.m.Pause(ctx, "other", id); return err }, errdefs.ErrNotFound},
 		// What needs a checkpoint or a look at the files is refused on a driver without them.
@@ -278,9 +279,9 @@ func TestIllegalOperations(t *testing.T) {
 			return err
 		}, errdefs.ErrFailedPrecondition},
 		{"fork without a checkpointer", bare.ID, func(id string) error { _, err := e.m.Fork(ctx, tn, id, 1); return err }, errdefs.ErrFailedPrecondition},
-		{"file snapshot without a layer capturer", bare.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{}); return err }, errdefs.ErrFailedPrecondition},
+		{"file snapshot without a layer capturer", bare.ID, func(id string) error { _, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{}); return err }, errdefs.ErrFailedPrecondition},
 		{"full snapshot without a checkpointer", bare.ID, func(id string) error {
-			_, err := e.m.Snapshot(ctx, tn, id, SnapshotRequest{Kind: KindFull})
+			_, err := e.m.Snapshot(ctx, tn, id, snapshot.Request{Kind: snapshot.KindFull})
 			return err
 		}, errdefs.ErrFailedPrecondition},
 	}
@@ -355,7 +356,7 @@ func TestConcurrentOperations(t *testing.T) {
 				}
 				return err
 			})
-			op("snapshot", func() error { _, err := e.m.Snapshot(ctx, tn, sb.ID, SnapshotRequest{}); return err })
+			op("snapshot", func() error { _, err := e.m.Snapshot(ctx, tn, sb.ID, snapshot.Request{}); return err })
 			op("get", func() error { _, err := e.m.Get(ctx, tn, sb.ID); return err })
 		}
 		op("delete", func() error { return e.m.Delete(ctx, tn, sb.ID) })

@@ -16,12 +16,12 @@ import (
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
-	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/egress"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/network"
 	"github.com/space-sandbox/space/internal/runtime"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -87,13 +87,13 @@ type Config struct {
 	// BackgroundJobs bounds the expiry, health and snapshot jobs running at once, each on one
 	// sandbox (default 4).
 	BackgroundJobs int
-	ReadyTimeout   time.Duration // how long create waits for the agent (default 30s)
-	WarmPool       int           // sandboxes of the default shape kept started ahead of demand
-	StateDir       string        // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks         *cas.Store    // where snapshots live (snapshots need it and StateDir)
-	Audit          Audit         // egress decisions of the gateway (optional)
-	EgressCA       []byte        // PEM of the gateway's interception CA, trusted in every sandbox
-	Credentials    Credentials   // tenants' credential secrets (optional: no secrets without it)
+	ReadyTimeout   time.Duration   // how long create waits for the agent (default 30s)
+	WarmPool       int             // sandboxes of the default shape kept started ahead of demand
+	StateDir       string          // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks         snapshot.Chunks // where snapshots live (snapshots need it and StateDir)
+	Audit          Audit           // egress decisions of the gateway (optional)
+	EgressCA       []byte          // PEM of the gateway's interception CA, trusted in every sandbox
+	Credentials    Credentials     // tenants' credential secrets (optional: no secrets without it)
 	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
 	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
@@ -121,7 +121,7 @@ type Manager struct {
 	closing bool
 	busy    map[string]bool // background jobs running, by kind/sandbox (reaper.go)
 
-	tenantChunks tenantChunks // what each tenant's snapshots hold, for stored_bytes (stored.go)
+	snaps *snapshot.Store // snapshots' content (nil without Chunks)
 
 	layerMu sync.Mutex // serialises making and removing shared layers
 
@@ -211,8 +211,12 @@ func New(cfg Config) (*Manager, error) {
 		cfg.Now = time.Now
 	}
 	bg, bgCancel := context.WithCancel(context.Background())
-	return &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, busy: map[string]bool{},
-		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}, nil
+	m := &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, busy: map[string]bool{},
+		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}
+	if cfg.Chunks != nil {
+		m.snaps = snapshot.New(cfg.Chunks, cfg.Store, cfg.Logger)
+	}
+	return m, nil
 }
 
 // Start launches the reaper and the warm pool. Recover should have run first.
@@ -280,10 +284,7 @@ type RuntimeInfo struct {
 	Reason    string
 }
 
-var (
-	idRE         = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
-	snapshotIDRE = regexp.MustCompile(`^snp_[0-9a-z]{20}$`)
-)
+var idRE = regexp.MustCompile(`^sbx_[0-9a-z]{20}$`)
 
 // ValidID reports whether id has the form of a sandbox ID.
 func ValidID(id string) bool { return idRE.MatchString(id) }

@@ -7,14 +7,13 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/crashpoint"
-	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
+	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 )
 
@@ -76,7 +75,7 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 	default:
 		return Info{}, errdefs.Conflict(fmt.Sprintf("sandbox %s is %s", id, b.rec.State))
 	}
-	if err := m.checkLayers(mf); err != nil {
+	if err := mf.CheckLayers(); err != nil {
 		return Info{}, err
 	}
 	if err := m.setState(ctx, b, StateResuming, ""); err != nil {
@@ -98,31 +97,16 @@ func (m *Manager) Restore(ctx context.Context, tenant, id, sid string, paths []s
 	return *b.view.Load(), nil
 }
 
-// checkLayers makes sure the template layers a snapshot was taken on still exist.
-func (m *Manager) checkLayers(mf *manifest) error {
-	for _, l := range append([]string{mf.Spec.RootFS}, mf.Spec.Layers...) {
-		if _, ok := mf.Private[l]; l == "" || ok {
-			continue
-		}
-		//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
-		if _, err := os.Stat(l); err != nil {
-			return errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("the template version this snapshot was taken on (%s) is gone", mf.Template))
-		}
-	}
-	return nil
-}
-
 // restorePaths streams the snapshot's view of paths (its layer over its template) to the agent,
 // which replaces them. The caller holds b.mu; b is running.
-func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []string) error {
+func (m *Manager) restorePaths(ctx context.Context, b *box, mf *snapshot.Manifest, rel []string) error {
 	cs, err := m.chunkStore()
 	if err != nil {
 		return err
 	}
-	if err := m.checkLayers(mf); err != nil {
+	if err := mf.CheckLayers(); err != nil {
 		return err
 	}
-	view := fstree.NewView(append([]fstree.Layer{fstree.TreeLayer(mf.Upper)}, lowerLayers(mf)...)...)
 	abs := make([]string, len(rel))
 	for i, r := range rel {
 		abs[i] = "/" + r
@@ -130,28 +114,11 @@ func (m *Manager) restorePaths(ctx context.Context, b *box, mf *manifest, rel []
 	pr, pw := io.Pipe()
 	go func() {
 		m.crash(crashpoint.RestorePaths)
-		pw.CloseWithError(fstree.WriteTar(pw, cs, view, rel))
+		pw.CloseWithError(cs.WriteTar(pw, mf, rel))
 	}()
 	err = b.client.RestoreTree(ctx, abs, pr)
 	pr.CloseWithError(io.ErrClosedPipe)
 	return err
-}
-
-// lowerLayers are the layers under a snapshot's writable layer, topmost first: its shared
-// layers from their records in the snapshot, the template's from disk.
-func lowerLayers(mf *manifest) []fstree.Layer {
-	var out []fstree.Layer
-	for _, l := range slices.Backward(mf.Spec.Layers) {
-		if t, ok := mf.Private[l]; ok {
-			out = append(out, fstree.TreeLayer(t))
-		} else {
-			out = append(out, fstree.DirLayer(l))
-		}
-	}
-	if mf.Spec.RootFS != "" {
-		out = append(out, fstree.DirLayer(mf.Spec.RootFS))
-	}
-	return out
 }
 
 // stopRuntime removes b's runtime and gives its slot back; streams to its agent end, saying
@@ -187,10 +154,14 @@ func (m *Manager) stopRuntime(ctx context.Context, b *box, why string) error {
 // bringUp replaces whatever runs for b by the snapshot mf: the old runtime (and a paused
 // sandbox's checkpoint) goes, a new one starts in a fresh slot on the snapshot's layers, and
 // b's agent answers with b's token. The caller holds b.mu and records the state.
-func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string) error {
+func (m *Manager) bringUp(ctx context.Context, b *box, mf *snapshot.Manifest, sid string) error {
 	cs, err := m.chunkStore()
 	if err != nil {
 		return err
+	}
+	ms, err := decodeSpec(mf.Spec)
+	if err != nil {
+		return fmt.Errorf("snapshot %s: %w", sid, err)
 	}
 	drv := m.cfg.Drivers[b.rec.Runtime]
 	if mf.Runtime != b.rec.Runtime {
@@ -217,17 +188,17 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 		return err
 	}
 	defer unpin()
-	layers := withLayer(mf.Spec.Layers, layer)
+	layers := withLayer(mf.Layers, layer)
 	if mf.Checkpoint != nil {
-		if err := fstree.Materialize(cs, *mf.Checkpoint, work); err != nil {
+		if err := cs.Materialize(*mf.Checkpoint, work); err != nil {
 			return fmt.Errorf("snapshot %s: %w", sid, err)
 		}
 		if err := os.Mkdir(filepath.Join(work, "upper"), 0o755); err != nil {
 			return err
 		}
 	}
-	b.spec.RootFS, b.spec.Layers = mf.Spec.RootFS, layers
-	b.spec.WorkingDir, b.spec.User = mf.Spec.WorkingDir, mf.Spec.User
+	b.spec.RootFS, b.spec.Layers = mf.RootFS, layers
+	b.spec.WorkingDir, b.spec.User = ms.WorkingDir, ms.User
 	b.rec.Spec = encodeSpec(b.spec)
 	slot, err := m.cfg.Slots.Acquire(ctx)
 	if err != nil {
@@ -238,7 +209,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		return err
 	}
-	tpl := Template{RootFS: mf.Spec.RootFS, Layers: layers}
+	tpl := Template{RootFS: mf.RootFS, Layers: layers}
 	spec := m.runtimeSpec(b, tpl)
 	token := b.rec.AccessToken
 	if mf.Checkpoint != nil {
@@ -273,12 +244,12 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *manifest, sid string)
 
 // ensurePrivate writes back, from the chunk store, any shared layer the snapshot stands on that
 // is no longer on disk.
-func (m *Manager) ensurePrivate(mf *manifest) error {
+func (m *Manager) ensurePrivate(mf *snapshot.Manifest) error {
 	cs, err := m.chunkStore()
 	if err != nil {
 		return err
 	}
-	for _, l := range mf.Spec.Layers {
+	for _, l := range mf.Layers {
 		t, ok := mf.Private[l]
 		if !ok {
 			continue
@@ -290,18 +261,7 @@ func (m *Manager) ensurePrivate(mf *manifest) error {
 		unpin := m.pinLayer(l)
 		defer unpin()
 		tmp := filepath.Join(m.layersDir(), ".tmp-"+newID("", 12))
-		//confine:host spaced's state directories and layer directories by their own paths, not paths inside them
-		if err := os.MkdirAll(tmp, 0o755); err != nil {
-			return err
-		}
-		if err := fstree.Materialize(cs, t, tmp); err != nil {
-			os.RemoveAll(tmp)
-			return err
-		}
-		if err := durable.SyncTree(tmp); err != nil {
-			return err
-		}
-		if err := os.Rename(tmp, l); err != nil {
+		if err := cs.WriteLayer(t, tmp, l); err != nil {
 			return err
 		}
 		m.log.Info("shared layer written back from a snapshot", "layer", l)
@@ -324,8 +284,12 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	if (req.Template != "" && req.Template != mf.Template) || (req.Runtime != "" && req.Runtime != mf.Runtime) {
 		return Info{}, errdefs.InvalidArgument(fmt.Sprintf("from_snapshot: the snapshot is of template %s on %s; leave template and runtime out", mf.Template, mf.Runtime))
 	}
-	if err := m.checkLayers(mf); err != nil {
+	if err := mf.CheckLayers(); err != nil {
 		return Info{}, err
+	}
+	ms, err := decodeSpec(mf.Spec)
+	if err != nil {
+		return Info{}, fmt.Errorf("snapshot %s: %w", snap.ID, err)
 	}
 	req.Template, req.Runtime, req.FromSnapshot = mf.Template, mf.Runtime, ""
 	env := map[string]string{}
@@ -337,10 +301,10 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	}
 	req.Env = env
 	if req.Resources == (Resources{}) {
-		req.Resources = mf.Spec.Resources
+		req.Resources = ms.Resources
 	}
 	if req.Network == nil {
-		n := mf.Spec.Network
+		n := ms.Network
 		req.Network = &n
 	}
 	rec, spec, err := m.prepare(ctx, tenant, req)
@@ -349,7 +313,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	}
 	defer m.unreserve(tenant)
 	spec.Parent = &Parent{SandboxID: mf.SandboxID, SnapshotID: snap.ID}
-	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.Spec.RootFS, mf.Spec.Layers, mf.Spec.WorkingDir, mf.Spec.User
+	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.RootFS, mf.Layers, ms.WorkingDir, ms.User
 	rec.Spec = encodeSpec(spec)
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
@@ -386,7 +350,7 @@ func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) b
 	}
 	var last *store.Snapshot
 	for i := range list {
-		if list[i].Kind == KindFull {
+		if list[i].Kind == snapshot.KindFull {
 			last = &list[i]
 		}
 	}
@@ -395,7 +359,7 @@ func (m *Manager) recoverFromSnapshot(ctx context.Context, b *box, why string) b
 	}
 	mf, err := m.readManifest(last.ID)
 	if err == nil {
-		err = m.checkLayers(mf)
+		err = mf.CheckLayers()
 	}
 	if err != nil {
 		m.log.Error("cannot recover from snapshot", "id", b.rec.ID, "snapshot", last.ID, "err", err)

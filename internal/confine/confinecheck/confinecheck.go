@@ -29,6 +29,7 @@ var Packages = []string{
 	"internal/fstree",
 	"internal/runtime/gvisor",
 	"internal/sandbox",
+	"internal/snapshot",
 	"internal/template",
 	"internal/template/build",
 	"internal/image",

@@ -1,4 +1,4 @@
-package sandbox
+package snapshot
 
 import (
 	"context"
@@ -48,8 +48,7 @@ func TestReconcileSnapshots(t *testing.T) {
 	put("snp_whole")
 	record("snp_whole")
 
-	m := &Manager{cfg: Config{Store: st, Chunks: cs, StateDir: dir}, log: log}
-	if err := m.reconcileSnapshots(ctx); err != nil {
+	if err := New(cs, st, log).Reconcile(ctx); err != nil {
 		t.Fatal(err)
 	}
 	roots, _ := cs.Roots()

@@ -1,9 +1,10 @@
-package sandbox
+package snapshot
 
 import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"path/filepath"
 	"testing"
@@ -31,13 +32,13 @@ func TestStoredBytesIsNoCrossTenantOracle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	m := &Manager{cfg: Config{Store: st, Chunks: cs}}
+	m := New(cs, st, nil)
 	data := make([]byte, 4<<20)
 	rand.Read(data)
 	n := 0
 	snapshot := func(tenant string) (stored, toStore int64) {
 		n++
-		id := newID("snp_", 20)
+		id := fmt.Sprintf("snp_%020d", n)
 		tx := cs.Begin()
 		chunks, err := tx.PutBytes(data)
 		if err != nil {
@@ -52,7 +53,7 @@ func TestStoredBytesIsNoCrossTenantOracle(t *testing.T) {
 			t.Fatal(err)
 		}
 		toStore = tx.Stored() + rootBytes
-		if stored, err = m.storedForTenant(ctx, cs, tenant, id, rootBytes); err != nil {
+		if stored, err = m.StoredForTenant(ctx, tenant, id, rootBytes); err != nil {
 			t.Fatal(err)
 		}
 		if err := st.CreateSnapshot(ctx, store.Snapshot{ID: id, Tenant: tenant, SandboxID: "sbx_x", Kind: KindFilesystem,
@@ -77,7 +78,7 @@ func TestStoredBytesIsNoCrossTenantOracle(t *testing.T) {
 		t.Fatalf("bob's own repeat reports %d stored bytes, want only its root", again)
 	}
 	// After a restart (nothing cached) bob's sets are rebuilt from his records.
-	m = &Manager{cfg: Config{Store: st, Chunks: cs}}
+	m = New(cs, st, nil)
 	if repeat, _ := snapshot("bob"); repeat > first/100 {
 		t.Fatalf("after a restart bob's repeat reports %d stored bytes", repeat)
 	}

@@ -1,11 +1,10 @@
-package sandbox
+package snapshot
 
 import (
 	"context"
 	"errors"
 	"sync"
 
-	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/store"
 )
@@ -26,19 +25,19 @@ type tenantChunks struct {
 	held map[string]map[string]struct{} // tenant → chunk hashes its snapshots refer to
 }
 
-// storedForTenant returns the bytes root sid (just committed) adds to tenant's own snapshots:
+// StoredForTenant returns the bytes root sid (just committed) adds to tenant's own snapshots:
 // the stored size of each chunk no other snapshot of tenant refers to, plus rootBytes.
-func (m *Manager) storedForTenant(ctx context.Context, cs *cas.Store, tenant, sid string, rootBytes int64) (int64, error) {
-	chunks, err := cs.RootChunks(sid)
+func (s *Store) StoredForTenant(ctx context.Context, tenant, sid string, rootBytes int64) (int64, error) {
+	chunks, err := s.chunks.RootChunks(sid)
 	if err != nil {
 		return 0, err
 	}
-	tc := &m.tenantChunks
+	tc := &s.tenants
 	tc.mu.Lock()
 	defer tc.mu.Unlock()
 	held, ok := tc.held[tenant]
 	if !ok {
-		if held, err = m.loadTenantChunks(ctx, cs, tenant, sid); err != nil {
+		if held, err = s.loadTenantChunks(ctx, tenant, sid); err != nil {
 			return 0, err
 		}
 		if tc.held == nil {
@@ -52,15 +51,15 @@ func (m *Manager) storedForTenant(ctx context.Context, cs *cas.Store, tenant, si
 			continue
 		}
 		held[h] = struct{}{}
-		n, _ := cs.StoredSize(h)
+		n, _ := s.chunks.StoredSize(h)
 		total += n
 	}
 	return total, nil
 }
 
 // loadTenantChunks collects the chunks of every snapshot of tenant but except.
-func (m *Manager) loadTenantChunks(ctx context.Context, cs *cas.Store, tenant, except string) (map[string]struct{}, error) {
-	recs, err := m.cfg.Store.ListSnapshots(ctx, store.SnapshotFilter{Tenant: tenant})
+func (s *Store) loadTenantChunks(ctx context.Context, tenant, except string) (map[string]struct{}, error) {
+	recs, err := s.recs.ListSnapshots(ctx, store.SnapshotFilter{Tenant: tenant})
 	if err != nil {
 		return nil, err
 	}
@@ -69,7 +68,7 @@ func (m *Manager) loadTenantChunks(ctx context.Context, cs *cas.Store, tenant, e
 		if r.ID == except {
 			continue
 		}
-		chunks, err := cs.RootChunks(r.ID)
+		chunks, err := s.chunks.RootChunks(r.ID)
 		if errors.Is(err, errdefs.ErrNotFound) {
 			continue // being deleted
 		}
@@ -83,9 +82,9 @@ func (m *Manager) loadTenantChunks(ctx context.Context, cs *cas.Store, tenant, e
 	return held, nil
 }
 
-// forgetTenantChunks drops tenant's set after one of its snapshots went.
-func (m *Manager) forgetTenantChunks(tenant string) {
-	m.tenantChunks.mu.Lock()
-	delete(m.tenantChunks.held, tenant)
-	m.tenantChunks.mu.Unlock()
+// ForgetTenant drops tenant's set after one of its snapshots went.
+func (s *Store) ForgetTenant(tenant string) {
+	s.tenants.mu.Lock()
+	delete(s.tenants.held, tenant)
+	s.tenants.mu.Unlock()
 }
