@@ -251,7 +251,11 @@ func (s *Store) Reconcile(ctx context.Context, holderPrefix string, live func(ho
 	user, err := s.listUser()
 	errs = append(errs, err)
 	for _, t := range user {
-		if err := s.Hold(ctx, s.templateHolder(t.Name), t.RootFS); err != nil && !errors.Is(err, errdefs.ErrInvalidArgument) {
+		switch err := s.Hold(ctx, s.templateHolder(t.Name), t.RootFS); {
+		case err == nil, errors.Is(err, errdefs.ErrInvalidArgument): // not one of the store's
+		case errors.Is(err, errdefs.ErrNotFound):
+			s.log.WarnContext(ctx, "built template stands on a root filesystem that is gone", "template", t.Name, "rootfs", t.RootFS)
+		default:
 			errs = append(errs, fmt.Errorf("template %s: %w", t.Name, err))
 		}
 	}
