@@ -7,12 +7,12 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -152,51 +152,21 @@ func buildBase(ctx context.Context, s *Store, spec baseSpec, aptDir, rootfs stri
 	args = append(args, spec.suite, rootfs)
 	args = append(args, mirrors...)
 	s.log.InfoContext(ctx, "running mmdebstrap (takes minutes)", "template", "base", "mirrors", strings.Join(mirrors, "; "))
-	p := &mmdebstrapProgress{log: s.log}
+	p := &mmdebstrapProgress{log: s.log, t: trackerFrom(ctx, s)}
 	if err := runLogged(ctx, mmdebstrap, args, func(line string) { p.line(ctx, line) }); err != nil {
 		return err
 	}
 	return finishBase(s, rootfs)
 }
 
-// mmdebstrapProgress turns mmdebstrap's verbose output into progress at info level: its own
-// status lines ("I: ...", "W: ...", "E: ...") and counts of the packages apt has downloaded and
-// dpkg has unpacked and set up. Every line also goes to debug level.
-type mmdebstrapProgress struct {
-	log    *slog.Logger
-	every  int // log a count every this many packages; 50 if zero
-	counts [3]int
-}
-
-func (p *mmdebstrapProgress) line(ctx context.Context, line string) {
-	const prefix = "mmdebstrap: "
-	// The line prefixes that mark one package passing a step, and the step in the past tense.
-	steps := [len(p.counts)][2]string{{"Get:", "downloaded"}, {"Unpacking ", "unpacked"}, {"Setting up ", "set up"}}
-	every := p.every
-	if every == 0 {
-		every = 50
-	}
-	if len(line) > 2 && line[1] == ':' && strings.ContainsRune("IWE", rune(line[0])) {
-		level := map[byte]slog.Level{'I': slog.LevelInfo, 'W': slog.LevelWarn, 'E': slog.LevelError}[line[0]]
-		p.log.Log(ctx, level, prefix+line)
-		return
-	}
-	p.log.DebugContext(ctx, prefix+line)
-	for i, step := range steps {
-		if strings.HasPrefix(line, step[0]) {
-			if p.counts[i]++; p.counts[i]%every == 0 {
-				p.log.InfoContext(ctx, fmt.Sprintf("%s%s %d packages", prefix, step[1], p.counts[i]))
-			}
-		}
-	}
-}
-
 // runLogged runs a command and hands each line it writes to logLine as it comes. The error of a
-// failed command carries its last lines.
+// failed command carries its last lines. The command runs in a process group of its own; when
+// ctx ends, the whole group gets SIGTERM and, killGrace later, SIGKILL, so that nothing the
+// command started (apt, dpkg, maintainer scripts) outlives it, and runLogged returns soon after.
 func runLogged(ctx context.Context, name string, args []string, logLine func(string)) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 30 * time.Second
+	const killGrace = 500 * time.Millisecond
+	cmd := exec.Command(name, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	r, w, err := os.Pipe()
 	if err != nil {
 		return err
@@ -208,6 +178,24 @@ func runLogged(ctx context.Context, name string, args []string, logLine func(str
 		return fmt.Errorf("start %s: %w", name, err)
 	}
 	w.Close()
+	pgid := cmd.Process.Pid
+	// The group outlives its leader while members live, so its ID is not reused while there is
+	// anything to kill; once reading ends (every writer gone) and the leader is reaped, stop.
+	var mu sync.Mutex
+	finished := false
+	killGroup := func(sig syscall.Signal) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !finished {
+			syscall.Kill(-pgid, sig)
+		}
+	}
+	stop := context.AfterFunc(ctx, func() {
+		killGroup(syscall.SIGTERM)
+		time.AfterFunc(killGrace, func() { killGroup(syscall.SIGKILL) })
+		// A process that left the group could keep the pipe open: stop reading regardless.
+		r.SetReadDeadline(time.Now().Add(2 * killGrace))
+	})
 	const keep = 15
 	var tail []string
 	sc := bufio.NewScanner(r)
@@ -222,13 +210,21 @@ func runLogged(ctx context.Context, name string, args []string, logLine func(str
 			tail = tail[1:]
 		}
 	}
-	if err := sc.Err(); err != nil {
+	if err := sc.Err(); err != nil && ctx.Err() == nil {
 		// Keep draining so the command never blocks on a full pipe.
 		io.Copy(io.Discard, r)
 	}
 	r.Close()
-	if err := cmd.Wait(); err != nil {
-		return fmt.Errorf("%s: %w; last output:\n%s", filepath.Base(name), err, strings.Join(tail, "\n"))
+	werr := cmd.Wait()
+	mu.Lock()
+	finished = true
+	mu.Unlock()
+	stop()
+	if ctx.Err() != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(name), context.Cause(ctx))
+	}
+	if werr != nil {
+		return fmt.Errorf("%s: %w; last output:\n%s", filepath.Base(name), werr, strings.Join(tail, "\n"))
 	}
 	return nil
 }

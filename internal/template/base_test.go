@@ -428,35 +428,66 @@ func (l *leveled) WithGroup(string) slog.Handler      { return l }
 
 func TestMmdebstrapProgress(t *testing.T) {
 	h := &leveled{}
-	p := &mmdebstrapProgress{log: slog.New(h), every: 2}
-	for _, line := range []string{
-		"I: installing remaining packages inside the chroot...",
-		"Get:1 http://deb.debian.org/debian bookworm/main amd64 git amd64 1:2.39.5-0+deb12u2 [7260 kB]",
-		"Setting up libc6 (2.36-9+deb12u10) ...",
-		"Unpacking git (1:2.39.5-0+deb12u2) ...",
-		"Setting up git (1:2.39.5-0+deb12u2) ...",
-		"Get:2 http://deb.debian.org/debian bookworm/main amd64 curl amd64 7.88.1-10+deb12u12 [315 kB]",
-		"W: something odd",
-		"E: it failed",
-		"I:",
-	} {
-		p.line(t.Context(), line)
+	s, err := New(Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := s.track("base", "v1")
+	defer tr.untrack()
+	now := time.Unix(1000, 0)
+	p := &mmdebstrapProgress{log: slog.New(h), t: tr, interval: 5 * time.Second, now: func() time.Time { return now }}
+	steps := []struct {
+		line    string
+		advance time.Duration
+	}{
+		{"I: downloading packages with apt...", 0},
+		{"0 upgraded, 3 newly installed, 0 to remove and 0 not upgraded.", 0},
+		{"Get:1 http://deb.debian.org/debian bookworm/main amd64 libc6 amd64 2.36-9+deb12u10 [2757 kB]", time.Second},
+		{"I: installing essential packages...", time.Second},
+		{"Setting up libc6 (2.36-9+deb12u10) ...", 4 * time.Second}, // 6 s since start: a progress line
+		{"I: installing remaining packages inside the chroot...", 0},
+		{"0 upgraded, 2 newly installed, 0 to remove and 0 not upgraded.", time.Second},
+		{"Unpacking git (1:2.39.5-0+deb12u2) ...", 0},
+		{"Setting up git (1:2.39.5-0+deb12u2) ...", time.Second}, // 2 s since the last: none
+		{"W: something odd", 0},
+		{"E: it failed", 0},
+		{"I:", 0},
+		{"Setting up curl (7.88.1-10+deb12u12) ...", 3 * time.Second},
+	}
+	for _, st := range steps {
+		now = now.Add(st.advance)
+		p.line(t.Context(), st.line)
+	}
+	var infos []string
+	for _, g := range h.got {
+		if !strings.HasPrefix(g, "DEBUG ") {
+			infos = append(infos, g)
+		}
 	}
 	want := []string{
+		"INFO mmdebstrap: I: downloading packages with apt...",
+		"INFO mmdebstrap: I: installing essential packages...",
+		"INFO mmdebstrap: installing essential packages: 1 of 3 packages set up",
 		"INFO mmdebstrap: I: installing remaining packages inside the chroot...",
-		"DEBUG mmdebstrap: Get:1 http://deb.debian.org/debian bookworm/main amd64 git amd64 1:2.39.5-0+deb12u2 [7260 kB]",
-		"DEBUG mmdebstrap: Setting up libc6 (2.36-9+deb12u10) ...",
-		"DEBUG mmdebstrap: Unpacking git (1:2.39.5-0+deb12u2) ...",
-		"DEBUG mmdebstrap: Setting up git (1:2.39.5-0+deb12u2) ...",
-		"INFO mmdebstrap: set up 2 packages",
-		"DEBUG mmdebstrap: Get:2 http://deb.debian.org/debian bookworm/main amd64 curl amd64 7.88.1-10+deb12u12 [315 kB]",
-		"INFO mmdebstrap: downloaded 2 packages",
 		"WARN mmdebstrap: W: something odd",
 		"ERROR mmdebstrap: E: it failed",
-		"DEBUG mmdebstrap: I:",
+		"INFO mmdebstrap: installing remaining packages inside the chroot: 3 of 5 packages set up",
 	}
-	if diff := cmp.Diff(want, h.got); diff != "" {
-		t.Errorf("(-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, infos); diff != "" {
+		t.Errorf("log above debug (-want +got):\n%s", diff)
+	}
+	if n := len(h.got) - len(infos); n != 8 {
+		t.Errorf("%d debug lines, want one per other line (8)", n)
+	}
+	got := s.Builds()
+	if len(got) != 1 {
+		t.Fatalf("Builds() = %+v, want one", got)
+	}
+	got[0].Started = time.Time{}
+	wantP := Progress{Name: "base", Version: "v1", Step: "installing remaining packages inside the chroot",
+		Done: 3, Total: 5, Line: "Setting up curl (7.88.1-10+deb12u12) ..."}
+	if diff := cmp.Diff(wantP, got[0]); diff != "" {
+		t.Errorf("progress (-want +got):\n%s", diff)
 	}
 }
 

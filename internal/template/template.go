@@ -2,8 +2,10 @@
 // trees that runtime drivers use as the lower layer of every sandbox. Each template is built by a
 // recipe into <Dir>/<name>/<version>/rootfs, where version is a hash of everything the recipe
 // reads, so a template is rebuilt only when its inputs change. Builds happen in a temporary
-// directory that is renamed into place, so a half-built template never looks done. Imported by
-// the sandbox lifecycle and cmd/spaced; it imports nothing of SPACE but errdefs.
+// directory that is renamed into place, so a half-built template never looks done. Whatever
+// stands on a version or layer (sandboxes, snapshots, builds, built templates) holds a reference
+// to it on the file system (refs.go), so that no instance sharing the directory removes it
+// before it is released. Imported by the sandbox lifecycle and cmd/spaced.
 package template
 
 import (
@@ -20,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -58,21 +61,34 @@ type Template struct {
 // one template share a single build, also across processes that share Dir (a lock file).
 type Store struct {
 	dir      string
-	userRoot string       // holds .user (built templates) and .layers
-	gcMu     sync.RWMutex // builds hold it shared, layer cleanup exclusively
+	userRoot string // holds .user (built templates) and .layers
 	busybox  string
 	log      *slog.Logger
 	recipes  map[string]recipe
 
+	// buildMu is held shared by builds of user templates in this process and exclusively by
+	// layer collection, beside the cross-instance flock on <UserDir>/.builds.lock (a flock
+	// cannot tell this process's goroutines apart if they share a file; they do not, but this
+	// keeps the rule visible). layerGCPending says a collection was put off by running builds.
+	buildMu        sync.RWMutex
+	layerGCPending atomic.Bool
+
+	testHookAcquire func(Template) // tests: runs in Acquire between finding and holding
+
 	mu       sync.Mutex
 	inflight map[string]*ensureCall
+	building map[*tracker]struct{}
 	digests  map[fileKey]string // content hashes of recipe inputs, keyed by identity and mtime
 }
 
+// ensureCall is one build (or lookup) of a built-in template shared by the Ensure calls that
+// wait for it; it is cancelled when the last of them gives up.
 type ensureCall struct {
-	done chan struct{}
-	tmpl Template
-	err  error
+	done    chan struct{}
+	cancel  context.CancelCauseFunc
+	waiters int // guarded by Store.mu
+	tmpl    Template
+	err     error
 }
 
 // recipe builds one template. inputs returns the bytes that identify everything the build reads
@@ -115,9 +131,15 @@ func New(cfg Config) (*Store, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("template: create %s: %w", dir, err)
 	}
-	userRoot := cfg.UserDir
-	if userRoot == "" {
-		userRoot = dir
+	userRoot := dir
+	if cfg.UserDir != "" {
+		if userRoot, err = filepath.Abs(cfg.UserDir); err != nil {
+			return nil, fmt.Errorf("template: %w", err)
+		}
+		//confine:host the template store's own directories and metadata files, not paths inside a template tree
+		if err := os.MkdirAll(userRoot, 0o700); err != nil {
+			return nil, fmt.Errorf("template: create %s: %w", userRoot, err)
+		}
 	}
 	return &Store{
 		dir:      dir,
@@ -126,38 +148,61 @@ func New(cfg Config) (*Store, error) {
 		log:      cfg.Logger,
 		recipes:  map[string]recipe{"minimal": minimalRecipe(), "base": baseRecipe("/etc/apt")},
 		inflight: map[string]*ensureCall{},
+		building: map[*tracker]struct{}{},
 		digests:  map[fileKey]string{},
 	}, nil
 }
 
 // Ensure returns the template called name, building it first if it is missing or its inputs have
-// changed since it was built. Older versions of the template that no mount uses any more are
-// removed. Unknown names give an error wrapping errdefs.ErrNotFound.
+// changed since it was built. Afterwards, older versions of the template that nothing references
+// (see Acquire) and no mount uses are removed. Unknown names give an error wrapping
+// errdefs.ErrNotFound.
+//
+// Concurrent calls for one built-in template share one build, also across processes that share
+// Dir (a lock file). The build stops, and leaves nothing behind, when every caller waiting for it
+// has given up (its context ended): within about a second, child processes included. A
+// template returned by Ensure is not referenced: a caller that stands on it uses Acquire.
 func (s *Store) Ensure(ctx context.Context, name string) (Template, error) {
 	rec, ok := s.recipes[name]
 	if !ok {
 		return s.loadUser(name)
 	}
+	if err := ctx.Err(); err != nil {
+		return Template{}, fmt.Errorf("template %q: %w", name, context.Cause(ctx))
+	}
 	s.mu.Lock()
 	call, running := s.inflight[name]
 	if !running {
-		call = &ensureCall{done: make(chan struct{})}
+		bctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		call = &ensureCall{done: make(chan struct{}), cancel: cancel}
 		s.inflight[name] = call
-		// The build finishes even if this caller gives up: others may be waiting for it, and a
-		// finished build is never wasted.
 		go func() {
-			call.tmpl, call.err = s.ensure(context.WithoutCancel(ctx), name, rec)
+			tmpl, err := s.ensure(bctx, name, rec)
 			s.mu.Lock()
-			delete(s.inflight, name)
+			call.tmpl, call.err = tmpl, err
+			if s.inflight[name] == call {
+				delete(s.inflight, name)
+			}
 			s.mu.Unlock()
+			cancel(nil)
 			close(call.done)
 		}()
 	}
+	call.waiters++
 	s.mu.Unlock()
 	select {
 	case <-call.done:
 		return call.tmpl, call.err
 	case <-ctx.Done():
+		s.mu.Lock()
+		if call.waiters--; call.waiters == 0 {
+			// The last one out stops the build; a later Ensure starts afresh.
+			if s.inflight[name] == call {
+				delete(s.inflight, name)
+			}
+			call.cancel(context.Cause(ctx))
+		}
+		s.mu.Unlock()
 		return Template{}, fmt.Errorf("template %q: %w", name, context.Cause(ctx))
 	}
 }
@@ -174,7 +219,7 @@ func (s *Store) ensure(ctx context.Context, name string, rec recipe) (Template, 
 	if err := os.MkdirAll(nameDir, 0o755); err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
-	unlock, err := lockFile(filepath.Join(s.dir, "."+name+".lock"))
+	unlock, err := lockFileCtx(ctx, filepath.Join(s.dir, "."+name+".lock"))
 	if err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
@@ -190,8 +235,19 @@ func (s *Store) ensure(ctx context.Context, name string, rec recipe) (Template, 
 	default:
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
 	}
-	s.removeOld(nameDir, version)
+	s.removeOld(ctx, nameDir, version, true)
 	return tmpl, nil
+}
+
+// trackerKey carries a build's tracker to its recipe, for progress.
+type trackerKey struct{}
+
+// trackerFrom returns the tracker of the build ctx belongs to, or a detached one.
+func trackerFrom(ctx context.Context, s *Store) *tracker {
+	if t, ok := ctx.Value(trackerKey{}).(*tracker); ok {
+		return t
+	}
+	return &tracker{s: s}
 }
 
 // version hashes the recipe's identity and inputs into a short directory name.
@@ -233,6 +289,9 @@ func (s *Store) load(name, version string) (Template, error) {
 func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Template, error) {
 	start := time.Now()
 	s.log.InfoContext(ctx, "building template", "template", name, "version", version)
+	t := s.track(name, version)
+	defer t.untrack()
+	ctx = context.WithValue(ctx, trackerKey{}, t)
 	nameDir := filepath.Join(s.dir, name)
 	tmp, err := os.MkdirTemp(nameDir, ".tmp-"+version+"-")
 	if err != nil {
@@ -293,39 +352,6 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 	s.log.InfoContext(ctx, "built template", "template", name, "version", version,
 		"size_bytes", size, "duration", time.Since(start).Round(time.Millisecond))
 	return s.load(name, version)
-}
-
-// removeOld deletes other versions of a template and leftovers of interrupted builds. A version
-// that is still the lower layer of a mounted overlay stays (running sandboxes use it). The caller
-// holds the template's lock, so no build of this name is in progress.
-func (s *Store) removeOld(nameDir, keep string) {
-	//confine:host the template store's own directories and metadata files, not paths inside a template tree
-	entries, err := os.ReadDir(nameDir)
-	if err != nil {
-		s.log.Warn("list template versions", "dir", nameDir, "err", err)
-		return
-	}
-	var mounts []string
-	for _, e := range entries {
-		if e.Name() == keep {
-			continue
-		}
-		path := filepath.Join(nameDir, e.Name())
-		if !strings.HasPrefix(e.Name(), ".tmp-") {
-			if mounts == nil {
-				mounts = overlayLowerDirs()
-			}
-			if inUse(filepath.Join(path, "rootfs"), mounts) {
-				s.log.Info("keeping old template version: still mounted", "path", path)
-				continue
-			}
-		}
-		if err := os.RemoveAll(path); err != nil {
-			s.log.Warn("remove old template version", "path", path, "err", err)
-			continue
-		}
-		s.log.Info("removed old template version", "path", path)
-	}
 }
 
 // List returns the newest built version of every template in the store, sorted by name. It
@@ -425,26 +451,6 @@ func treeSize(root string) (int64, error) {
 	}
 	defer r.Close()
 	return r.Size("")
-}
-
-// lockFile takes an exclusive flock on path, creating it, and returns the unlock function.
-func lockFile(path string) (func(), error) {
-	//confine:host the template store's own directories and metadata files, not paths inside a template tree
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
-	if err != nil {
-		return nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("lock %s: %w", path, err)
-	}
-	return func() { f.Close() }, nil
 }
 
 // overlayLowerDirs returns the lowerdir option of every overlay mount this process can see.

@@ -424,16 +424,29 @@ func TestList(t *testing.T) {
 	}
 }
 
-func TestEnsureCallerCancelDoesNotAbortBuild(t *testing.T) {
+func TestEnsureCallerCancelDoesNotAbortSharedBuild(t *testing.T) {
 	s, rec := newStore(t, hostBusybox(t))
+	// A caller that has given up before calling starts nothing.
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	if _, err := s.Ensure(ctx, "minimal"); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled Ensure: err = %v, want context.Canceled", err)
 	}
-	tmpl, err := s.Ensure(t.Context(), "minimal")
+	// One of two callers gives up: the build goes on for the other.
+	ctx, cancel = context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	var cerr error
+	wg.Go(func() { _, cerr = s.Ensure(ctx, "minimal") })
+	tmpl, err := func() (Template, error) {
+		time.AfterFunc(time.Millisecond, cancel)
+		return s.Ensure(t.Context(), "minimal")
+	}()
+	wg.Wait()
 	if err != nil {
 		t.Fatal(err)
+	}
+	if cerr != nil && !errors.Is(cerr, context.Canceled) {
+		t.Errorf("cancelled caller: %v", cerr)
 	}
 	if _, err := os.Stat(filepath.Join(tmpl.RootFS, "bin/busybox")); err != nil {
 		t.Error(err)

@@ -66,6 +66,14 @@ func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
 		size += n
 	}
 	t.SizeBytes, t.CreatedAt, t.Version = size, time.Now().UTC(), ""
+	// The template stands on its root filesystem (a built-in template's version, or an image's
+	// layer) until it is deleted or rebuilt on another one.
+	if _, err := s.target(t.RootFS); err == nil {
+		if err := s.Hold(ctx, s.templateHolder(t.Name), t.RootFS); err != nil {
+			return Template{}, fmt.Errorf("template %s: %w", t.Name, err)
+		}
+	}
+	old, oldErr := s.loadUser(t.Name)
 	b, err := json.MarshalIndent(t, "", "  ")
 	if err != nil {
 		return Template{}, err
@@ -76,6 +84,11 @@ func (s *Store) Save(ctx context.Context, t Template) (Template, error) {
 	}
 	if err := durable.WriteFile(filepath.Join(s.userDir(), t.Name+".json"), b, 0o600); err != nil {
 		return Template{}, err
+	}
+	if oldErr == nil && old.RootFS != t.RootFS {
+		if err := s.releaseRootFS(t.Name, old.RootFS); err != nil {
+			s.log.WarnContext(ctx, "release the old root filesystem of a rebuilt template", "template", t.Name, "err", err)
+		}
 	}
 	s.log.InfoContext(ctx, "saved template", "template", t.Name, "parent", t.Parent, "layers", len(t.Layers), "size_bytes", size)
 	return t, nil
@@ -125,47 +138,64 @@ func (s *Store) listUser() ([]Template, error) {
 	return out, nil
 }
 
-// Building marks a build in progress until the returned func is called: layer cleanup waits, so
-// that layers being made, or found but not yet named by a template, are not removed.
-func (s *Store) Building() func() {
-	s.gcMu.RLock()
-	return s.gcMu.RUnlock
-}
-
-// Delete removes a built template, then every layer that no template names, no sandbox has
-// mounted and keep (if given: the layers sandboxes were started on, paused ones included) does
-// not list. Built-in templates cannot be deleted.
+// Delete removes a built template, drops its reference on its root filesystem, then removes every
+// layer that no template names, nothing references, no sandbox has mounted and keep (if given:
+// the layers sandboxes were started on, for those that hold no references) does not list.
+// Layers are collected only while no build runs (else at the end of the last one). Built-in
+// templates cannot be deleted.
 func (s *Store) Delete(ctx context.Context, name string, keep func() []string) error {
 	if _, ok := s.recipes[name]; ok {
 		return errdefs.Conflict(fmt.Sprintf("template %q is built in and cannot be deleted", name))
 	}
-	if _, err := s.loadUser(name); err != nil {
+	t, err := s.loadUser(name)
+	if err != nil {
 		return err
 	}
+	//confine:host the template store's own directories and metadata files, not paths inside a template tree
 	if err := os.Remove(filepath.Join(s.userDir(), name+".json")); err != nil {
 		return err
 	}
 	if err := durable.Sync(s.userDir()); err != nil {
 		return err
 	}
-	s.gcMu.Lock()
-	defer s.gcMu.Unlock()
-	var kept []string
-	if keep != nil {
-		kept = keep()
+	if err := s.releaseRootFS(name, t.RootFS); err != nil {
+		return err
 	}
-	return s.collectLayers(ctx, kept)
+	return s.collectLayers(ctx, keep)
 }
 
-// collectLayers removes layers that no template names and that are not mounted.
-func (s *Store) collectLayers(ctx context.Context, keep []string) error {
+// releaseRootFS drops built template name's reference on rootfs, if rootfs is the store's.
+func (s *Store) releaseRootFS(name, rootfs string) error {
+	if _, err := s.target(rootfs); err != nil {
+		return nil
+	}
+	return s.Release(s.templateHolder(name), rootfs)
+}
+
+// collectLayers removes layers that no template names, nothing references and no mount uses,
+// with leftovers of interrupted builds, if no build runs in any instance sharing UserDir;
+// otherwise it leaves that to the end of the last build.
+func (s *Store) collectLayers(ctx context.Context, keep func() []string) error {
+	unlock, err := s.tryBuildsExclusive()
+	if err != nil {
+		return err
+	}
+	if unlock == nil {
+		s.layerGCPending.Store(true)
+		s.log.DebugContext(ctx, "template layer collection put off: a build is running")
+		return nil
+	}
+	defer unlock()
+	s.layerGCPending.Store(false)
 	all, err := s.listUser()
 	if err != nil {
 		return err
 	}
 	used := map[string]bool{}
-	for _, l := range keep {
-		used[l] = true
+	if keep != nil {
+		for _, l := range keep() {
+			used[l] = true
+		}
 	}
 	for _, t := range all {
 		used[t.RootFS] = true
@@ -181,17 +211,28 @@ func (s *Store) collectLayers(ctx context.Context, keep []string) error {
 	if err != nil {
 		return err
 	}
-	mounted := overlayLowerDirs()
-	var errs []error
-	for _, e := range entries {
-		dir := filepath.Join(s.layerDir(), e.Name())
-		if used[dir] || inUse(dir, mounted) || strings.Contains(e.Name(), ".tmp") {
-			continue
+	var trash []string
+	err = s.withGCLock(ctx, s.userRoot, func() error {
+		mounted := overlayLowerDirs()
+		for _, e := range entries {
+			dir := filepath.Join(s.layerDir(), e.Name())
+			switch {
+			case strings.HasPrefix(e.Name(), trashPrefix), strings.Contains(e.Name(), ".tmp"):
+				// No build runs: a temp dir is what an interrupted one left.
+				trash = append(trash, dir)
+			case used[dir]:
+			default:
+				t, err := s.target(dir)
+				if err != nil {
+					continue // not a layer of ours
+				}
+				if moved, ok := s.setAside(ctx, t, mounted); ok {
+					trash = append(trash, moved)
+				}
+			}
 		}
-		s.log.InfoContext(ctx, "removing unused template layer", "layer", e.Name())
-		if err := os.RemoveAll(dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
+		return nil
+	})
+	s.removeTrash(ctx, trash)
+	return err
 }
