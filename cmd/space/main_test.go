@@ -37,11 +37,12 @@ type fakeSpaced struct {
 	requests  []string          // "METHOD path?query"
 	bodies    map[string]string // last JSON body per "METHOD path"
 	resizes   []client.PTYSize
-	signals   []string      // "pid SIGNAL"
-	stdin     chan []byte   // stdin posted to the background process; nil at its end (?eof=true)
-	passwd    string        // what the sandbox's passwd lookup prints (space shell); "" fails it
-	templates []string      // the templates listed as built
-	release   chan struct{} // when set, a create waits for it to close
+	signals   []string               // "pid SIGNAL"
+	stdin     chan []byte            // stdin posted to the background process; nil at its end (?eof=true)
+	passwd    string                 // what the sandbox's passwd lookup prints (space shell); "" fails it
+	templates []string               // the templates listed as built
+	release   chan struct{}          // when set, a create waits for it to close
+	builds    []client.BuildProgress // template builds /v1/info reports
 }
 
 func newFake(t *testing.T) *fakeSpaced {
@@ -124,7 +125,7 @@ func newFake(t *testing.T) *fakeSpaced {
 	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, 200, client.Info{Version: "0.1.0-test", DefaultRuntime: "gvisor", Runtimes: []client.RuntimeInfo{
 			{Name: "gvisor", Available: true}, {Name: "firecracker", Reason: "no /dev/kvm"},
-		}})
+		}, Builds: f.builds})
 	})
 	mux.HandleFunc("POST /v1/keys", func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ Tenant string }
@@ -1153,7 +1154,7 @@ func TestCreateWaiting(t *testing.T) {
 		args      []string
 		wantFirst string
 	}{
-		{"base not built", []string{"minimal"}, nil, "space: template base is not built yet; the server is building it"},
+		{"base not built", []string{"minimal"}, nil, "space: template base is not built yet; the server is building it (base takes a few minutes on spaced's first start): building base, installing remaining packages inside the chroot, 50 of 212 done\n"},
 		{"named template not built", nil, []string{"--template", "app"}, "space: template app is not built yet"},
 		{"template built", []string{"base"}, nil, "space: waiting for the server to start the sandbox\n"},
 		{"from a snapshot", nil, []string{"--from-snapshot", "snp_1"}, "space: waiting for the server to start the sandbox\n"},
@@ -1162,6 +1163,7 @@ func TestCreateWaiting(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			f := newFake(t)
 			f.templates, f.release = tt.built, make(chan struct{})
+			f.builds = []client.BuildProgress{{Template: "base", StartedAt: t0, Step: "installing remaining packages inside the chroot", Done: 50, Total: 212}}
 			var stdout, stderr syncBuffer
 			a := &app{
 				ctx: context.Background(), stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,

@@ -68,9 +68,8 @@ func (a *app) cmdCreate(args []string) error {
 }
 
 // noteSlowCreate says on stderr what a create that has not answered after a few seconds waits
-// for, and then how long it has waited, every half minute, until created is closed. The API has
-// no build progress of a built-in template (spaced logs it), so the note says only whether the
-// template is built yet.
+// for, and then how long it has waited, every half minute, until created is closed: while its
+// template is being built, how far along the build is (GET /v1/info "builds").
 func (a *app) noteSlowCreate(c *client.Client, template string, created <-chan struct{}) {
 	first, every := a.slowAfter, 30*time.Second
 	if first == 0 {
@@ -87,9 +86,13 @@ func (a *app) noteSlowCreate(c *client.Client, template string, created <-chan s
 	case <-timer.C:
 	}
 	msg := "space: waiting for the server to start the sandbox"
-	if template != "" && !a.templateBuilt(c, template) {
+	building := template != "" && !a.templateBuilt(c, template)
+	if building {
 		msg = fmt.Sprintf("space: template %s is not built yet; the server is building it (base takes a few minutes "+
-			"on spaced's first start; its progress is in spaced's log)", template)
+			"on spaced's first start)", template)
+		if p := a.buildProgress(c, template); p != "" {
+			msg += ": " + p
+		}
 	}
 	fmt.Fprintln(a.stderr, msg)
 	ticker := time.NewTicker(every)
@@ -99,9 +102,39 @@ func (a *app) noteSlowCreate(c *client.Client, template string, created <-chan s
 		case <-created:
 			return
 		case <-ticker.C:
-			fmt.Fprintf(a.stderr, "space: still waiting (%s)\n", time.Since(start).Round(time.Second))
+			line := fmt.Sprintf("space: still waiting (%s)", time.Since(start).Round(time.Second))
+			if building {
+				if p := a.buildProgress(c, template); p != "" {
+					line += ": " + p
+				}
+			}
+			fmt.Fprintln(a.stderr, line)
 		}
 	}
+}
+
+// buildProgress describes the server's build of template, or "" if it reports none.
+func (a *app) buildProgress(c *client.Client, template string) string {
+	ctx, cancel := context.WithTimeout(a.ctx, 5*time.Second)
+	defer cancel()
+	info, err := c.Info(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, b := range info.Builds {
+		if b.Template != template {
+			continue
+		}
+		s := "building " + template
+		if b.Step != "" {
+			s += ", " + b.Step
+		}
+		if b.Total > 0 {
+			s += fmt.Sprintf(", %d of %d done", b.Done, b.Total)
+		}
+		return s
+	}
+	return ""
 }
 
 // templateBuilt reports whether the server lists template as built; when it cannot tell, true

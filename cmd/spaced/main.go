@@ -210,6 +210,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
 		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Credentials: vault, Crash: crash,
+		TemplateRefs: templates, Instance: cfg.Instance,
 	})
 	if err != nil {
 		return err

@@ -177,7 +177,19 @@ func (s *Server) handleInfo(w http.ResponseWriter, r *http.Request, _ auth.Princ
 	for _, x := range list {
 		out = append(out, rt{x.Name, x.Available, x.Reason})
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"version": s.version, "runtimes": out, "default_runtime": def})
+	type buildJSON struct {
+		Template  string    `json:"template"`
+		Version   string    `json:"version,omitempty"`
+		StartedAt time.Time `json:"started_at"`
+		Step      string    `json:"step"`
+		Done      int       `json:"done"`
+		Total     int       `json:"total"`
+	}
+	builds := []buildJSON{}
+	for _, b := range s.tpl.Builds() {
+		builds = append(builds, buildJSON{b.Name, b.Version, b.Started, b.Step, b.Done, b.Total})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"version": s.version, "runtimes": out, "default_runtime": def, "builds": builds})
 }
 
 func (s *Server) handleCreateKey(w http.ResponseWriter, r *http.Request, p auth.Principal) {

@@ -46,7 +46,11 @@ func (m *Manager) StartBuild(ctx context.Context, tpl Template) (*BuildSandbox, 
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
 	b := newBox(rec, spec)
 	applyTemplate(b, tpl)
+	if err := m.holdTemplates(ctx, b.rec.ID, b.spec.RootFS, b.spec.Layers); err != nil {
+		return nil, err
+	}
 	if err := m.cfg.Store.CreateSandbox(ctx, b.rec); err != nil {
+		m.releaseTemplates(b.rec.ID, b.spec.RootFS, b.spec.Layers)
 		return nil, err
 	}
 	b.mu.Lock()

@@ -94,6 +94,10 @@ type Config struct {
 	Audit          Audit           // egress decisions of the gateway (optional)
 	EgressCA       []byte          // PEM of the gateway's interception CA, trusted in every sandbox
 	Credentials    Credentials     // tenants' credential secrets (optional: no secrets without it)
+	// TemplateRefs keeps what sandboxes and snapshots stand on from template rebuilds
+	// (optional); Instance names this instance's holders in it.
+	TemplateRefs TemplateRefs
+	Instance     string
 	// Crash, for the crash-point tests only, kills spaced at one named step (nil: never).
 	Crash *crashpoint.Hook
 	// Capacity reports the most the host can give one sandbox; creates that ask for more are
@@ -340,6 +344,7 @@ func (m *Manager) setState(ctx context.Context, b *box, to State, reason string)
 			b.rec = prev
 			return fmt.Errorf("delete record: %w", err)
 		}
+		m.releaseTemplates(b.rec.ID, b.spec.RootFS, b.spec.Layers)
 		return nil
 	}
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {

@@ -66,6 +66,7 @@ func (m *Manager) Recover(ctx context.Context) error {
 	}
 	m.gcLayers(ctx)
 	m.sweepScratch()
+	m.reconcileTemplateRefs(ctx)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/space-sandbox/space/internal/agent"
@@ -197,6 +198,20 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *snapshot.Manifest, si
 			return err
 		}
 	}
+	// It stands on the snapshot's template from now on (and lets go of its own).
+	if err := m.holdTemplates(ctx, b.rec.ID, mf.RootFS, mf.Layers); err != nil {
+		return err
+	}
+	if old := m.templatePaths(b.spec.RootFS, b.spec.Layers); len(old) > 0 {
+		now := m.templatePaths(mf.RootFS, mf.Layers)
+		var gone []string
+		for _, p := range old {
+			if !slices.Contains(now, p) {
+				gone = append(gone, p)
+			}
+		}
+		m.releaseTemplates(b.rec.ID, "", gone)
+	}
 	b.spec.RootFS, b.spec.Layers = mf.RootFS, layers
 	b.spec.WorkingDir, b.spec.User = ms.WorkingDir, ms.User
 	b.rec.Spec = encodeSpec(b.spec)
@@ -315,7 +330,11 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	spec.Parent = &Parent{SandboxID: mf.SandboxID, SnapshotID: snap.ID}
 	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.RootFS, mf.Layers, ms.WorkingDir, ms.User
 	rec.Spec = encodeSpec(spec)
+	if err := m.holdTemplates(ctx, rec.ID, spec.RootFS, spec.Layers); err != nil {
+		return Info{}, err
+	}
 	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		m.releaseTemplates(rec.ID, spec.RootFS, spec.Layers)
 		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	b := newBox(rec, spec)

@@ -123,7 +123,14 @@ func (m *Manager) Snapshot(ctx context.Context, tenant, id string, req snapshot.
 		}
 		return snapshot.Info{}, fmt.Errorf("snapshot %s: %w", id, err)
 	}
+	if err := m.holdTemplates(ctx, rec.ID, mf.RootFS, mf.Layers); err != nil {
+		if derr := cs.Delete(rec.ID); derr != nil {
+			m.log.Error("remove unrecorded snapshot", "id", rec.ID, "err", derr)
+		}
+		return snapshot.Info{}, fmt.Errorf("snapshot %s: %w", id, err)
+	}
 	if err := m.cfg.Store.CreateSnapshot(ctx, rec); err != nil {
+		m.releaseTemplates(rec.ID, mf.RootFS, mf.Layers)
 		if derr := cs.Delete(rec.ID); derr != nil {
 			m.log.Error("remove unrecorded snapshot", "id", rec.ID, "err", derr)
 		}
@@ -283,9 +290,13 @@ func (m *Manager) DeleteSnapshot(ctx context.Context, tenant, sid string) error 
 		return err
 	}
 	defer cs.ForgetTenant(tenant)
+	mf, mfErr := cs.Read(sid) // what it stands on, to let go of after
 	// The record first: a crash in between leaves a root no record names, which Recover removes.
 	if err := m.cfg.Store.DeleteSnapshot(ctx, sid); err != nil {
 		return err
+	}
+	if mfErr == nil {
+		m.releaseTemplates(sid, mf.RootFS, mf.Layers)
 	}
 	if err := cs.Delete(sid); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("delete snapshot %s: %w", sid, err)

@@ -163,6 +163,10 @@ func (m *Manager) startWarm() error {
 	}
 	b := newBox(rec, spec)
 	applyTemplate(b, tpl)
+	if err := m.holdTemplates(ctx, b.rec.ID, b.spec.RootFS, b.spec.Layers); err != nil {
+		_ = m.drop(ctx, b)
+		return err
+	}
 	if err := m.cfg.Store.UpdateSandbox(ctx, b.rec); err != nil {
 		return err
 	}

@@ -253,6 +253,18 @@ type Info struct {
 	Version        string        `json:"version"`
 	Runtimes       []RuntimeInfo `json:"runtimes"`
 	DefaultRuntime string        `json:"default_runtime"`
+	// Builds are the template builds under way (a first build of base takes minutes).
+	Builds []BuildProgress `json:"builds,omitempty"`
+}
+
+// BuildProgress is how far along one template build is.
+type BuildProgress struct {
+	Template  string    `json:"template"`
+	Version   string    `json:"version,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	Step      string    `json:"step"`  // what it is doing now
+	Done      int       `json:"done"`  // units done: packages set up, or steps finished
+	Total     int       `json:"total"` // units known so far; 0 when not known yet
 }
 
 // RuntimeInfo says whether a sandbox runtime can be used on the server, and if not, why.

@@ -157,6 +157,15 @@ func (m *Builder) templateStore() (*template.Store, error) {
 }
 
 // List lists built-in and built templates.
+// Builds is what template builds are under way on this server and how far along each is
+// (nil without a template store).
+func (m *Builder) Builds() []template.Progress {
+	if m.ts == nil {
+		return nil
+	}
+	return m.ts.Builds()
+}
+
 func (m *Builder) List(ctx context.Context) ([]TemplateInfo, error) {
 	ts, err := m.templateStore()
 	if err != nil {
