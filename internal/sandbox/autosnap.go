@@ -41,8 +41,12 @@ func (m *Manager) autoSnapshots() {
 			if now.Sub(at) < time.Duration(a.IntervalSeconds)*time.Second {
 				continue
 			}
-			last[b.id] = now
-			m.autoSnapshot(b, a.Keep)
+			// Each sandbox's snapshot is a job of its own: a slow one never holds up the others.
+			// With every worker busy it is tried again at the next tick.
+			keep := a.Keep
+			if m.background("autosnap", b.id, func(context.Context) { m.autoSnapshot(b, keep) }) {
+				last[b.id] = now
+			}
 		}
 		for id := range last {
 			if !seen[id] {

@@ -193,8 +193,11 @@ func (m *Manager) captureFull(ctx context.Context, tx *cas.Txn, b *box, mf *snap
 	}
 	defer os.RemoveAll(dir)
 	t0 := time.Now()
-	if err := cp.Checkpoint(ctx, b.rec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+	if err := m.roomForCheckpoint(ctx, b, "take a full snapshot"); err != nil {
 		return 0, err
+	}
+	if err := cp.Checkpoint(ctx, b.rec.ID, dir, runtime.CheckpointOptions{LeaveRunning: true}); err != nil {
+		return 0, errdefs.NoSpace(err)
 	}
 	m.crash(crashpoint.SnapFullFrozen)
 	frozen := time.Since(t0)
