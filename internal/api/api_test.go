@@ -8,15 +8,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -24,7 +21,7 @@ import (
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/egress/credentials"
 	"github.com/space-sandbox/space/internal/errdefs"
-	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/network/looppool"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/fake"
 	"github.com/space-sandbox/space/internal/sandbox"
@@ -33,68 +30,6 @@ import (
 	"github.com/space-sandbox/space/internal/template"
 	"github.com/space-sandbox/space/internal/template/build"
 )
-
-// loopPool hands out slots whose guest address is a loopback address, so the fake driver's
-// in-process agents are reachable at the address the manager computes.
-type loopPool struct {
-	mu   sync.Mutex
-	a, b byte
-
-	inUse map[int]bool
-}
-
-func newLoopPool() *loopPool {
-	return &loopPool{a: byte(rand.IntN(200) + 20), b: byte(rand.IntN(250)), inUse: map[int]bool{}}
-}
-
-func (p *loopPool) slot(i int) *network.Slot {
-	guest := netip.AddrFrom4([4]byte{127, p.a, p.b, byte(i)})
-	return &network.Slot{Index: i, NetNS: fmt.Sprintf("loop-%d", i), GuestIf: "lo", HostIP: guest, GuestIP: netip.PrefixFrom(guest, 32)}
-}
-
-func (p *loopPool) Acquire(context.Context) (*network.Slot, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := 1; i < 255; i++ {
-		if !p.inUse[i] {
-			p.inUse[i] = true
-			return p.slot(i), nil
-		}
-	}
-	return nil, errdefs.New(errdefs.ErrResourceExhausted, "no slots")
-}
-
-func (p *loopPool) Adopt(_ context.Context, i int) (*network.Slot, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.inUse[i] {
-		return nil, errdefs.NotFound("slot gone")
-	}
-	return p.slot(i), nil
-}
-
-func (p *loopPool) Release(_ context.Context, s *network.Slot) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.inUse, s.Index)
-	return nil
-}
-
-func (p *loopPool) InUse() []int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []int
-	for i := range p.inUse {
-		out = append(out, i)
-	}
-	return out
-}
-
-func (p *loopPool) used() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.inUse)
-}
 
 type env struct {
 	t        *testing.T
@@ -107,7 +42,7 @@ type env struct {
 	tpl      *build.Builder
 	vault    *credentials.Vault
 	drv      *fake.Driver
-	pool     *loopPool
+	pool     *looppool.Pool
 	newMgr   func() *sandbox.Manager
 }
 
@@ -140,7 +75,7 @@ func newEnvWith(t *testing.T, svc services, tweak ...func(*sandbox.Config)) *env
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(t.TempDir()), pool: newLoopPool(), imageDir: t.TempDir()}
+	e := &env{t: t, key: strings.TrimSpace(string(key)), keys: keys, st: st, drv: fake.New(t.TempDir()), pool: looppool.New(), imageDir: t.TempDir()}
 	vault := credentials.New(credentials.Config{Store: st, Box: svc.secrets, Logger: log})
 	e.vault = vault
 	e.newMgr = func() *sandbox.Manager {
@@ -356,8 +291,8 @@ func TestLifecycleAndExec(t *testing.T) {
 	}
 	wantError(t, e.do("GET", "/v1/sandboxes/"+id, ""), 404, "not_found")
 	wantError(t, e.do("DELETE", "/v1/sandboxes/"+id, ""), 404, "not_found")
-	if e.pool.used() != 0 || len(mustList(e.drv)) != 0 {
-		t.Fatalf("leaked: %d slots, runtimes %v", e.pool.used(), mustList(e.drv))
+	if len(e.pool.InUse()) != 0 || len(mustList(e.drv)) != 0 {
+		t.Fatalf("leaked: %d slots, runtimes %v", len(e.pool.InUse()), mustList(e.drv))
 	}
 }
 
@@ -618,8 +553,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	}
 	var list struct{ Sandboxes []struct{ ID string } }
 	e.do("GET", "/v1/sandboxes", "").json(t, &list)
-	if len(list.Sandboxes) != 1 || e.pool.used() != 1 {
-		t.Fatalf("bad input changed state: %+v, %d slots", list, e.pool.used())
+	if len(list.Sandboxes) != 1 || len(e.pool.InUse()) != 1 {
+		t.Fatalf("bad input changed state: %+v, %d slots", list, len(e.pool.InUse()))
 	}
 	if _, err := os.Stat(untouched); !os.IsNotExist(err) {
 		t.Fatalf("a rejected upload touched the sandbox: %v", err)
@@ -677,8 +612,8 @@ func TestEventsExpiryAndCrash(t *testing.T) {
 	if r := e.do("DELETE", "/v1/sandboxes/"+id2, ""); r.status != 204 {
 		t.Fatalf("delete crashed: %d %s", r.status, r.body)
 	}
-	if e.pool.used() != 0 {
-		t.Fatalf("%d slots leaked", e.pool.used())
+	if len(e.pool.InUse()) != 0 {
+		t.Fatalf("%d slots leaked", len(e.pool.InUse()))
 	}
 }
 
@@ -691,8 +626,8 @@ func TestCreateFailureLeavesNothing(t *testing.T) {
 	}
 	var list struct{ Sandboxes []struct{ ID string } }
 	e.do("GET", "/v1/sandboxes", "").json(t, &list)
-	if len(list.Sandboxes) != 0 || e.pool.used() != 0 || len(mustList(e.drv)) != 0 {
-		t.Fatalf("left behind: %+v, %d slots", list, e.pool.used())
+	if len(list.Sandboxes) != 0 || len(e.pool.InUse()) != 0 || len(mustList(e.drv)) != 0 {
+		t.Fatalf("left behind: %+v, %d slots", list, len(e.pool.InUse()))
 	}
 }
 
@@ -818,8 +753,8 @@ func TestCrashedSandboxDoesNotReclaimItsSlot(t *testing.T) {
 	if err := m2.Delete(context.Background(), auth.AdminTenant, crashed); err != nil {
 		t.Fatal(err)
 	}
-	if e.pool.used() != 1 {
-		t.Fatalf("deleting the crashed sandbox changed the slots: %d in use", e.pool.used())
+	if len(e.pool.InUse()) != 1 {
+		t.Fatalf("deleting the crashed sandbox changed the slots: %d in use", len(e.pool.InUse()))
 	}
 	if err := m2.Delete(context.Background(), auth.AdminTenant, healthy); err != nil {
 		t.Fatal(err)

@@ -24,8 +24,8 @@ func TestCapacityRefused(t *testing.T) {
 	}
 	var list struct{ Sandboxes []struct{ ID string } }
 	e.do("GET", "/v1/sandboxes", "").json(t, &list)
-	if len(list.Sandboxes) != 0 || e.pool.used() != 0 {
-		t.Fatalf("refused creates left %+v, %d slots", list, e.pool.used())
+	if len(list.Sandboxes) != 0 || len(e.pool.InUse()) != 0 {
+		t.Fatalf("refused creates left %+v, %d slots", list, len(e.pool.InUse()))
 	}
 	e.create(`{"resources":{"vcpus":2,"memory_mib":1024,"disk_mib":500,"pids":1000}}`)
 	e.create("") // the defaults are not checked against the host

@@ -3,10 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
-	"math/rand/v2"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -17,78 +14,13 @@ import (
 	"github.com/space-sandbox/space/internal/cas"
 	"github.com/space-sandbox/space/internal/errdefs"
 	"github.com/space-sandbox/space/internal/fstree"
-	"github.com/space-sandbox/space/internal/network"
+	"github.com/space-sandbox/space/internal/network/looppool"
 	"github.com/space-sandbox/space/internal/runtime"
 	"github.com/space-sandbox/space/internal/runtime/fake"
 	"github.com/space-sandbox/space/internal/snapshot"
 	"github.com/space-sandbox/space/internal/store"
 	"github.com/space-sandbox/space/internal/store/sqlite"
 )
-
-// loopPool hands out slots whose guest address is a loopback address, so that the fake
-// driver's in-process agents listen where the manager looks for them (as internal/api's tests).
-type loopPool struct {
-	mu          sync.Mutex
-	a, b        byte
-	inUse       map[int]bool
-	failRelease bool
-}
-
-func newLoopPool() *loopPool {
-	return &loopPool{a: byte(rand.IntN(200) + 20), b: byte(rand.IntN(250)), inUse: map[int]bool{}}
-}
-
-func (p *loopPool) slot(i int) *network.Slot {
-	guest := netip.AddrFrom4([4]byte{127, p.a, p.b, byte(i)})
-	return &network.Slot{Index: i, NetNS: fmt.Sprintf("loop-%d", i), GuestIf: "lo", HostIP: guest, GuestIP: netip.PrefixFrom(guest, 32)}
-}
-
-func (p *loopPool) Acquire(context.Context) (*network.Slot, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for i := 1; i < 255; i++ {
-		if !p.inUse[i] {
-			p.inUse[i] = true
-			return p.slot(i), nil
-		}
-	}
-	return nil, errdefs.New(errdefs.ErrResourceExhausted, "no slots")
-}
-
-func (p *loopPool) Adopt(_ context.Context, i int) (*network.Slot, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if !p.inUse[i] {
-		return nil, errdefs.NotFound("slot gone")
-	}
-	return p.slot(i), nil
-}
-
-func (p *loopPool) Release(_ context.Context, s *network.Slot) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.failRelease {
-		return errors.New("loop pool: release fails as asked")
-	}
-	delete(p.inUse, s.Index)
-	return nil
-}
-
-func (p *loopPool) InUse() []int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	var out []int
-	for i := range p.inUse {
-		out = append(out, i)
-	}
-	return out
-}
-
-func (p *loopPool) setFailRelease(v bool) {
-	p.mu.Lock()
-	p.failRelease = v
-	p.mu.Unlock()
-}
 
 // edge is one state change seen by the store.
 type edge struct{ from, to State }
@@ -143,7 +75,7 @@ type testEnv struct {
 	drv      *fake.Driver
 	bare     *fake.Driver
 	skew     atomic.Int64 // how far the manager's clock is ahead of time.Now, in nanoseconds
-	pool     *loopPool
+	pool     *looppool.Pool
 	st       *recordingStore
 	raw      store.Store
 	chunks   *cas.Store
@@ -167,7 +99,7 @@ func newTestEnv(t *testing.T, tweak ...func(*Config)) *testEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { chunks.Close() })
-	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), bare: fake.New(t.TempDir()), pool: newLoopPool(), raw: raw, chunks: chunks,
+	e := &testEnv{t: t, dir: dir, drv: fake.New(t.TempDir()), bare: fake.New(t.TempDir()), pool: looppool.New(), raw: raw, chunks: chunks,
 		st: &recordingStore{Store: raw, edges: map[edge]int{}}, stateDir: filepath.Join(dir, "state")}
 	rootfs := filepath.Join(dir, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {

@@ -100,11 +100,11 @@ func TestEveryTransitionTaken(t *testing.T) {
 		t.Fatalf("after its runtime died: probe %v, state %s", err, e.state(tn, c.ID))
 	}
 	d := e.create(tn)
-	e.pool.setFailRelease(true)
+	e.pool.SetFailRelease(true)
 	if err := e.m.Delete(ctx, tn, d.ID); err == nil || e.state(tn, d.ID) != StateError {
 		t.Fatalf("delete with a failing slot pool: %v, state %s", err, e.state(tn, d.ID))
 	}
-	e.pool.setFailRelease(false)
+	e.pool.SetFailRelease(false)
 	for _, id := range []string{c.ID, d.ID} {
 		if err := e.m.Delete(ctx, tn, id); err != nil {
 			t.Fatalf("delete %s from error: %v", id, err)
