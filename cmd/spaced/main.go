@@ -17,6 +17,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -226,7 +227,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	if _, err := templates.Ensure(ctx, "minimal"); err != nil {
 		return fmt.Errorf("template minimal: %w", err)
 	}
+	baseDone := make(chan struct{})
 	go func() {
+		defer close(baseDone)
 		if _, err := templates.Ensure(ctx, "base"); err != nil && ctx.Err() == nil {
 			log.Error("template base could not be built; creates from it will retry", "err", err)
 		}
@@ -259,16 +262,29 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
-	// Within 2 s whatever is running (a supervisor's grace is often not much more): requests get
-	// 0.4 s to finish, then their connections close; builds stop with ctx; the manager
-	// starts nothing new and leaves what is still under way to the next start's recovery.
+	// Within 2 s whatever is running (a supervisor's grace is often not much more), all at once:
+	// requests get 0.4 s to finish, then their connections close; the manager starts nothing
+	// new and leaves what is still under way after 0.8 s to the next start's recovery; a build
+	// stops with ctx and gets 1.5 s to remove what it wrote (the next start sweeps the rest).
 	log.Info("shutting down; sandboxes keep running")
-	sctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil {
-		log.Info("closing connections still open", "err", err)
-		_ = srv.Close()
-	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
+		defer cancel()
+		if err := srv.Shutdown(sctx); err != nil {
+			log.Info("closing connections still open", "err", err)
+			_ = srv.Close()
+		}
+	})
+	wg.Go(mgr.Close)
+	wg.Go(func() {
+		select {
+		case <-baseDone:
+		case <-time.After(1500 * time.Millisecond):
+			log.Warn("template build still cleaning up at exit; the next start sweeps what it left")
+		}
+	})
+	wg.Wait()
 	return nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/space-sandbox/space/internal/agent"
 	"github.com/space-sandbox/space/internal/crashpoint"
 	"github.com/space-sandbox/space/internal/durable"
 	"github.com/space-sandbox/space/internal/errdefs"
@@ -207,7 +208,7 @@ func (m *Manager) resume(ctx context.Context, b *box) error {
 	m.setClient(b)
 	rctx, rcancel := context.WithTimeout(ctx, m.cfg.ReadyTimeout)
 	defer rcancel()
-	if err := b.client.WaitReady(rctx); err != nil {
+	if err := m.waitReady(rctx, b.rec.Runtime, b.rec.ID, b.client); err != nil {
 		// Back to paused: the checkpoint is intact, a later resume may do better.
 		m.unresume(ctx, b)
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox %s did not come back: %v", b.rec.ID, err))
@@ -236,4 +237,33 @@ func (m *Manager) unresume(ctx context.Context, b *box) {
 	if err := m.setState(ctx, b, StatePaused, ""); err != nil {
 		m.log.Error("record paused", "id", b.rec.ID, "err", err)
 	}
+}
+
+// waitReady waits for a sandbox's agent to answer, as agent.Client.WaitReady does, but gives up
+// as soon as the runtime is seen to have stopped (a restore from a checkpoint cut short may start
+// and die at once): then there is nothing to wait for.
+func (m *Manager) waitReady(ctx context.Context, runtimeName, id string, c *agent.Client) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	drv := m.cfg.Drivers[runtimeName]
+	go func() {
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if st, err := drv.State(ctx, id); err == nil && st != runtime.StateRunning && st != runtime.StatePaused {
+				cancel(fmt.Errorf("its runtime is %s", st))
+				return
+			}
+		}
+	}()
+	err := c.WaitReady(ctx)
+	if cause := context.Cause(ctx); err != nil && cause != nil && !errors.Is(cause, context.Canceled) && !errors.Is(cause, context.DeadlineExceeded) {
+		return cause
+	}
+	return err
 }
