@@ -512,3 +512,40 @@ func (e *testEnv) slotAddr(id string) netip.Addr {
 	}
 	return *a
 }
+
+// TestPausedWithoutMarkFromAnEarlierVersion: a sandbox an earlier spaced paused (its checkpoint
+// has no mark) is marked at start, so that a resume of it a crash interrupts still finds its
+// checkpoint whole and it stays paused instead of being taken for lost.
+func TestPausedWithoutMarkFromAnEarlierVersion(t *testing.T) {
+	e := newTestEnv(t)
+	ctx := context.Background()
+	const tn = "acme"
+	sb := e.create(tn)
+	e.writeLayer(sb.ID, "f", "paused by an older spaced")
+	if _, err := e.m.Pause(ctx, tn, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(e.m.checkpointMark(sb.ID)); err != nil { // as an older version left it
+		t.Fatal(err)
+	}
+	e.restart()
+	if !e.m.checkpointMarked(sb.ID) {
+		t.Fatal("the checkpoint of an acknowledged pause was not marked at start")
+	}
+	// A resume that a crash cut off after it recorded resuming: still paused after the restart.
+	e.setRecord(sb.ID, StateResuming)
+	e.restart()
+	if s := e.state(tn, sb.ID); s != StatePaused {
+		t.Fatalf("after an interrupted resume: %s, want paused", s)
+	}
+	if _, err := e.m.Resume(ctx, tn, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.readLayer(tn, sb.ID, "f"); got != "paused by an older spaced" {
+		t.Errorf("file after resume: %q", got)
+	}
+	if err := e.m.Delete(ctx, tn, sb.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.checkClean()
+}

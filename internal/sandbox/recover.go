@@ -128,7 +128,15 @@ func (m *Manager) adopt(ctx context.Context, b *box) {
 		m.register(b)
 		return
 	case StatePaused:
-		m.register(b) // its checkpoint is on disk; it resumes when asked or used
+		// Its checkpoint is on disk; it resumes when asked or used. A pause acknowledged by a
+		// spaced from before checkpoints were marked is marked now, so that a resume of it a
+		// crash interrupts still finds it whole.
+		if m.cfg.StateDir != "" && !m.checkpointMarked(b.rec.ID) && m.hasCheckpoint(b.rec.ID) {
+			if err := m.markCheckpoint(b.rec.ID); err != nil {
+				m.log.Error("mark the checkpoint of a paused sandbox", "id", b.rec.ID, "err", err)
+			}
+		}
+		m.register(b)
 		return
 	}
 	st, err := drv.State(ctx, b.rec.ID)
