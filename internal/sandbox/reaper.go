@@ -77,8 +77,8 @@ func (m *Manager) background(kind, id string, fn func(ctx context.Context)) bool
 		return false
 	}
 	m.busy[key] = true
+	m.wg.Add(1) // under mu: Close sets closing under it before it waits
 	m.mu.Unlock()
-	m.wg.Add(1)
 	go func() {
 		defer m.wg.Done()
 		defer func() {
