@@ -478,7 +478,12 @@ func TestEgressTargetAfterCrash(t *testing.T) {
 	e.m.mu.Lock()
 	ob := e.m.boxes[old.ID]
 	e.m.mu.Unlock()
-	if a := ob.slotAddr.Load(); a != nil {
+	// The state is recorded first, then the runtime and slot go (crashed): once the box is
+	// free again, its address must be gone.
+	ob.mu.Lock()
+	a := ob.slotAddr.Load()
+	ob.mu.Unlock()
+	if a != nil {
 		t.Errorf("the crashed sandbox still shows the address %s", a)
 	}
 	nw := e.create(tn)
