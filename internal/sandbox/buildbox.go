@@ -46,11 +46,7 @@ func (m *Manager) StartBuild(ctx context.Context, tpl Template) (*BuildSandbox, 
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
 	b := newBox(rec, spec)
 	applyTemplate(b, tpl)
-	if err := m.holdTemplates(ctx, b.rec.ID, b.spec.RootFS, b.spec.Layers); err != nil {
-		return nil, err
-	}
-	if err := m.cfg.Store.CreateSandbox(ctx, b.rec); err != nil {
-		m.releaseTemplates(b.rec.ID, b.spec.RootFS, b.spec.Layers)
+	if err := m.recordNew(ctx, b.rec, b.spec); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

@@ -55,12 +55,8 @@ func (m *Manager) Create(ctx context.Context, tenant string, req CreateRequest) 
 	applyTemplate(b0, tpl)
 	rec, spec = b0.rec, b0.spec
 	tTemplate := time.Since(t0)
-	if err := m.holdTemplates(ctx, rec.ID, spec.RootFS, spec.Layers); err != nil {
-		return Info{}, fmt.Errorf("template %s: %w", rec.Template, err)
-	}
-	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		m.releaseTemplates(rec.ID, spec.RootFS, spec.Layers)
-		return Info{}, fmt.Errorf("record sandbox: %w", err)
+	if err := m.recordNew(ctx, rec, spec); err != nil {
+		return Info{}, err
 	}
 	m.crash(crashpoint.CreateRecorded)
 	tRecord := time.Since(t0)

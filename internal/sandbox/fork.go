@@ -142,11 +142,7 @@ func (m *Manager) forkOne(ctx context.Context, cp runtime.Checkpointer, parent s
 	rec.ExpiresAt = now.Add(time.Duration(max(rec.TimeoutSeconds, 1)) * time.Second)
 	spec.Parent = &Parent{SandboxID: parent.ID}
 	rec.Spec = encodeSpec(spec)
-	if err := m.holdTemplates(ctx, rec.ID, spec.RootFS, spec.Layers); err != nil {
-		return Info{}, err
-	}
-	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		m.releaseTemplates(rec.ID, spec.RootFS, spec.Layers)
+	if err := m.recordNew(ctx, rec, spec); err != nil {
 		return Info{}, err
 	}
 	nb := newBox(rec, spec)

@@ -330,12 +330,8 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	spec.Parent = &Parent{SandboxID: mf.SandboxID, SnapshotID: snap.ID}
 	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.RootFS, mf.Layers, ms.WorkingDir, ms.User
 	rec.Spec = encodeSpec(spec)
-	if err := m.holdTemplates(ctx, rec.ID, spec.RootFS, spec.Layers); err != nil {
+	if err := m.recordNew(ctx, rec, spec); err != nil {
 		return Info{}, err
-	}
-	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
-		m.releaseTemplates(rec.ID, spec.RootFS, spec.Layers)
-		return Info{}, fmt.Errorf("record sandbox: %w", err)
 	}
 	b := newBox(rec, spec)
 	b.mu.Lock()

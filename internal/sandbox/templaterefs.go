@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 
@@ -58,6 +59,21 @@ func (m *Manager) holdTemplates(ctx context.Context, id, rootfs string, layers [
 			return errdefs.New(errdefs.ErrUnavailable, "the template version this needs was removed meanwhile; retry")
 		}
 		return err
+	}
+	return nil
+}
+
+// recordNew stores the record of a new sandbox (state creating) whose spec stands on templates:
+// their references first, then the record; a record that cannot be stored lets them go again.
+// Every new sandbox record is made here (create, fork copy, create from a snapshot, build
+// sandbox), except the warm pool's, whose template is known only later.
+func (m *Manager) recordNew(ctx context.Context, rec store.Sandbox, spec Spec) error {
+	if err := m.holdTemplates(ctx, rec.ID, spec.RootFS, spec.Layers); err != nil {
+		return fmt.Errorf("template %s: %w", rec.Template, err)
+	}
+	if err := m.cfg.Store.CreateSandbox(ctx, rec); err != nil {
+		m.releaseTemplates(rec.ID, spec.RootFS, spec.Layers)
+		return fmt.Errorf("record sandbox: %w", err)
 	}
 	return nil
 }
