@@ -45,7 +45,7 @@ test-unit:
 	SPACE_PRIVILEGED_TESTS=1 $(GO) test -count=1 -timeout 20m $$($(GO) list ./... | grep -v /e2e)
 
 test-e2e: build
-	SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v ./e2e 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)' ; exit $${PIPESTATUS[0]}
+	SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v ./e2e 2>&1 | tee $(BIN)/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|^ +--- FAIL' ; rc=$${PIPESTATUS[0]}; [ $$rc = 0 ] || scripts/failures.sh $(BIN)/e2e.log; exit $$rc
 
 # The parsers of hostile input, fuzzed for a bounded time each (not only their seeds): the
 # confined path resolver, the image layer tar reader, tree write-back, the API's decoders, the
@@ -68,7 +68,7 @@ test: deps-test build lint test-unit test-fuzz test-e2e
 # `make test` runs a representative subset of the same TestRedTeam. SPACE_REDTEAM_REPORT=<file>
 # writes the table of attempts as Markdown.
 redteam: deps-test build
-	SPACE_REDTEAM=full SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v -run 'RedTeam' ./e2e 2>&1 | tee $(BIN)/redteam.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|REDTEAM)' ; exit $${PIPESTATUS[0]}
+	SPACE_REDTEAM=full SPACE_PRIVILEGED_TESTS=1 SPACE_BIN=$(BIN) $(GO) test -count=1 -timeout 30m -v -run 'RedTeam' ./e2e 2>&1 | tee $(BIN)/redteam.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|REDTEAM)|^ +--- FAIL' ; rc=$${PIPESTATUS[0]}; [ $$rc = 0 ] || scripts/failures.sh $(BIN)/redteam.log; exit $$rc
 
 bench: build
 	SPACE_BIN=$(BIN) $(GO) run ./cmd/space-bench

@@ -17,6 +17,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -83,6 +85,23 @@ func run(args []string, stdout, stderr io.Writer) int {
 	log := newLogger(cfg.LogLevel, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	// A shutdown that hangs is a bug: leave its evidence and go (sandboxes keep running, and
+	// the next start recovers whatever was under way).
+	var watchdog atomic.Pointer[time.Timer]
+	stopWatch := context.AfterFunc(ctx, func() {
+		watchdog.Store(time.AfterFunc(shutdownLimit, func() {
+			var b strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+			log.Error("shutdown did not finish in time; exiting", "limit", shutdownLimit, "goroutines", b.String())
+			os.Exit(3)
+		}))
+	})
+	defer func() {
+		stopWatch()
+		if t := watchdog.Load(); t != nil {
+			t.Stop()
+		}
+	}()
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("spaced stopped", "err", err)
 		return 1
@@ -206,7 +225,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 		Capacity: func() (sandbox.Capacity, error) { return sandbox.HostCapacity(cfg.Home) },
 		Templates: func(ctx context.Context, name string) (sandbox.Template, error) {
 			t, err := templates.Ensure(ctx, name)
-			return sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}, err
+			return build.SandboxTemplate(t), err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
 		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
@@ -287,6 +306,9 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 	wg.Wait()
 	return nil
 }
+
+// shutdownLimit bounds a shutdown: it takes about 2 s (see serve).
+const shutdownLimit = 15 * time.Second
 
 // hostPrefixes are addresses the egress gateway never dials: every address of this host and
 // the sandbox links.

@@ -178,7 +178,17 @@ func (d *Daemon) Stop() error {
 	case err := <-d.done:
 		d.cmd = nil
 		d.logf.Close()
-		return err
+		if err != nil {
+			// spaced's shutdown watchdog logs what every goroutine was doing: show it.
+			log := d.Log()
+			if i := strings.LastIndex(log, "shutdown did not finish"); i >= 0 {
+				log = log[max(0, i-2000):]
+			} else {
+				log = log[max(0, len(log)-4000):]
+			}
+			return fmt.Errorf("spaced exited with %v after SIGTERM; its log ends:\n%s", err, log)
+		}
+		return nil
 	case <-time.After(60 * time.Second):
 		d.Kill()
 		return errors.New("spaced did not stop within 60s of SIGTERM")
