@@ -228,7 +228,7 @@ func serve(ctx context.Context, cfg config.Config, log *slog.Logger) error {
 			return build.SandboxTemplate(t), err
 		},
 		AgentPath: cfg.Agent, Logger: log, DefaultTimeout: cfg.DefaultTTL, MaxTimeout: cfg.MaxTTL,
-		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, StateDir: cfg.Home,
+		MaxPerTenant: cfg.MaxSandboxes, DefaultEgress: cfg.DefaultEgress, WarmPool: cfg.WarmPool, WarmTemplates: cfg.WarmTemplates, StateDir: cfg.Home,
 		Chunks: chunks, Audit: audit, EgressCA: ca.PEM(), Credentials: vault, Crash: crash,
 		TemplateRefs: templates, Instance: cfg.Instance,
 	})

@@ -135,6 +135,12 @@ func (s *Server) routes() {
 	a("POST /v1/sandboxes/{id}/processes/{pid}/signal", s.handleSignal)
 	a("POST /v1/sandboxes/{id}/processes/{pid}/resize", s.handleResize)
 
+	a("POST /v1/sandboxes/{id}/code", s.handleRunCode)
+	a("GET /v1/sandboxes/{id}/code/contexts", s.handleListContexts)
+	a("POST /v1/sandboxes/{id}/code/contexts", s.handleCreateContext)
+	a("DELETE /v1/sandboxes/{id}/code/contexts/{ctx}", s.handleDeleteContext)
+	a("POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart", s.handleRestartContext)
+
 	a("PUT /v1/sandboxes/{id}/files", s.handleUpload)
 	a("GET /v1/sandboxes/{id}/files", s.handleDownload)
 	a("DELETE /v1/sandboxes/{id}/files", s.handleRemove)

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/space-sandbox/space/internal/crashpoint"
@@ -44,9 +46,11 @@ type Config struct {
 	MaxTTL         time.Duration // largest timeout a client may ask for
 	MaxSandboxes   int           // SPACE_MAX_SANDBOXES: per-tenant cap on live sandboxes
 	WarmPool       int           // SPACE_WARM_POOL: default-shape sandboxes started ahead of demand
-	ExecSpoolMiB   int64         // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
-	LogLevel       string        // SPACE_LOG_LEVEL: debug|info|warn|error
-	Debug          bool          // SPACE_DEBUG: runsc debug logs
+	// WarmTemplates (SPACE_WARM_POOL_TEMPLATES, "name=count,..."): warm pools of other templates.
+	WarmTemplates map[string]int
+	ExecSpoolMiB  int64  // SPACE_EXEC_SPOOL_MIB: disk under $SPACE_HOME/spool for running commands' output
+	LogLevel      string // SPACE_LOG_LEVEL: debug|info|warn|error
+	Debug         bool   // SPACE_DEBUG: runsc debug logs
 	// CrashAt (SPACE_CRASH_AT), for the crash-point tests only: spaced kills itself with SIGKILL
 	// when an operation reaches this step (internal/crashpoint). Empty in production.
 	CrashAt string
@@ -92,11 +96,16 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
 	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", atoiDefault(env("SPACE_MAX_SANDBOXES", ""), 100), "live sandboxes per tenant (SPACE_MAX_SANDBOXES)")
 	fs.IntVar(&c.WarmPool, "warm-pool", atoiDefault(env("SPACE_WARM_POOL", ""), 2), "default-shape sandboxes kept started ahead of demand; 0 disables (SPACE_WARM_POOL)")
+	warmTemplates := fs.String("warm-pool-templates", env("SPACE_WARM_POOL_TEMPLATES", "code-interpreter=1"), "warm pools of other templates, name=count,... (SPACE_WARM_POOL_TEMPLATES); empty: none")
 	fs.Int64Var(&c.ExecSpoolMiB, "exec-spool-mib", int64(atoiDefault(env("SPACE_EXEC_SPOOL_MIB", ""), 1024)), "MiB of disk under $SPACE_HOME/spool that the output of commands answered as one JSON object may hold at once (SPACE_EXEC_SPOOL_MIB)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
 	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
 	c.CrashAt = getenv("SPACE_CRASH_AT")
 	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	var err error
+	if c.WarmTemplates, err = parseWarmTemplates(*warmTemplates); err != nil {
 		return Config{}, err
 	}
 	if fs.NArg() > 0 {
@@ -166,6 +175,7 @@ func (c Config) Validate() error {
 	if c.WarmPool < 0 || c.WarmPool > 64 {
 		errs = append(errs, fmt.Errorf("warm pool %d: want 0..64", c.WarmPool))
 	}
+
 	if c.MaxSandboxes <= 0 {
 		errs = append(errs, fmt.Errorf("max sandboxes %d: want > 0", c.MaxSandboxes))
 	}
@@ -187,3 +197,24 @@ func atoiDefault(s string, def int) int {
 	}
 	return n
 }
+
+// parseWarmTemplates parses "name=count,...": template names as templates have them, counts
+// 0..64.
+func parseWarmTemplates(s string) (map[string]int, error) {
+	out := map[string]int{}
+	for item := range strings.SplitSeq(s, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, count, ok := strings.Cut(item, "=")
+		n, err := strconv.Atoi(count)
+		if !ok || err != nil || n < 0 || n > 64 || !templateNameRE.MatchString(name) {
+			return nil, fmt.Errorf("warm pool templates %q: want name=count (0..64), comma-separated", item)
+		}
+		out[name] = n
+	}
+	return out, nil
+}
+
+var templateNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,62}$`)

@@ -105,8 +105,11 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, p auth.Principa
 	}
 	cr := sandbox.CreateRequest{Template: req.TemplateID, TimeoutSeconds: req.Timeout, Metadata: req.Metadata,
 		Env: req.EnvVars}
-	if cr.Template == "" {
+	switch cr.Template {
+	case "":
 		cr.Template = "base"
+	case "code-interpreter-v1": // what @e2b/code-interpreter asks for by default
+		cr.Template = "code-interpreter"
 	}
 	if req.AutoPause {
 		cr.OnTimeout = "pause"

@@ -14,6 +14,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/space-sandbox/space/internal/auth"
@@ -80,10 +81,7 @@ func New(cfg Config) *Handler {
 // Claims reports whether a request is for the E2B handler: it names a sandbox's envd (header or
 // host name), or its path is one of E2B's control-plane paths.
 func (h *Handler) Claims(r *http.Request) bool {
-	if h.envdID(r) != "" {
-		return true
-	}
-	if id, _ := h.hostTarget(r); id != "" {
+	if id, _ := h.sandboxTarget(r); id != "" {
 		return true
 	}
 	p := r.URL.Path
@@ -98,26 +96,33 @@ func (h *Handler) Claims(r *http.Request) bool {
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.log.Debug("e2b request", "method", r.Method, "path", r.URL.Path, "sandbox", r.Header.Get("E2b-Sandbox-Id"), "host", r.Host)
-	if id := h.envdID(r); id != "" {
-		h.envd(w, r, id)
-		return
-	}
-	if id, port := h.hostTarget(r); id != "" {
-		h.port(w, r, id, port)
+	if id, port := h.sandboxTarget(r); id != "" {
+		if port == envdPort {
+			h.envd(w, r, id)
+		} else {
+			h.port(w, r, id, port)
+		}
 		return
 	}
 	h.mux.ServeHTTP(w, r)
 }
 
-// envdID is the sandbox an envd request is for, or "".
-func (h *Handler) envdID(r *http.Request) string {
+// sandboxTarget is the sandbox and port a request is for, or "": the E2b-Sandbox-Id header with
+// E2b-Sandbox-Port (default envd's; the SDK tells its code-interpreter requests from envd's only
+// by this header when E2B_SANDBOX_URL gives both one origin), or a <port>-<id>.<domain> host.
+func (h *Handler) sandboxTarget(r *http.Request) (id string, port int) {
 	if id := r.Header.Get("E2b-Sandbox-Id"); id != "" {
-		return id
+		port := envdPort
+		if p := r.Header.Get("E2b-Sandbox-Port"); p != "" {
+			n, err := strconv.Atoi(p)
+			if err != nil || n < 1 || n > 65535 {
+				return id, 0
+			}
+			port = n
+		}
+		return id, port
 	}
-	if id, port := h.hostTarget(r); port == envdPort {
-		return id
-	}
-	return ""
+	return h.hostTarget(r)
 }
 
 func (h *Handler) authed(f func(http.ResponseWriter, *http.Request, auth.Principal)) http.HandlerFunc {

@@ -11,7 +11,9 @@ import (
 	"strconv"
 	"strings"
 
+	codeserver "github.com/space-sandbox/space/internal/codeinterp/server"
 	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
 )
 
 // envdPort is the port the SDK addresses envd on.
@@ -32,17 +34,27 @@ func (h *Handler) envd(w http.ResponseWriter, r *http.Request, id string) {
 		h.writeError(w, err)
 		return
 	}
+	// E2B runs commands and file calls that name no user as "user" in /home/user (its
+	// templates do); the agent does so where the sandbox has that user.
+	r.Header.Set("X-Space-Default-User", "user")
 	Forward(w, r, base, rt, life, h.log, "E2b-Sandbox-Id", "E2b-Sandbox-Port")
 }
 
-// port forwards a request for <port>-<id>.<domain> to that port of the sandbox; a sandbox with
-// a traffic token demands it in the e2b-traffic-access-token header, checked before the
-// sandbox is touched (a paused one is resumed only for a caller holding it).
+// port forwards a request for <port>-<id>.<domain> (or, with E2B_SANDBOX_URL, one naming the
+// port in E2b-Sandbox-Port) to that port of the sandbox. A sandbox with a traffic token demands
+// it in the e2b-traffic-access-token header, and running code in the code interpreter
+// (POST /execute on its port) demands the sandbox's access token in X-Access-Token, which the
+// SDK sends there; both are checked before the sandbox is touched (a paused one is resumed only
+// for a caller holding them).
 func (h *Handler) port(w http.ResponseWriter, r *http.Request, id string, port int) {
 	presented := r.Header.Get("e2b-traffic-access-token")
-	t, err := h.sb.Port("", id, port, func(token string) error {
-		if token != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(token)) != 1 {
+	execute := port == codeserver.Port && r.URL.Path == "/execute"
+	t, err := h.sb.Port("", id, port, func(s sandbox.PortSecrets) error {
+		if s.TrafficToken != "" && subtle.ConstantTimeCompare([]byte(presented), []byte(s.TrafficToken)) != 1 {
 			return errdefs.New(errdefs.ErrPermissionDenied, "this sandbox's ports need its traffic access token (e2b-traffic-access-token)")
+		}
+		if execute && subtle.ConstantTimeCompare([]byte(r.Header.Get("X-Access-Token")), []byte(s.AccessToken)) != 1 {
+			return errdefs.New(errdefs.ErrUnauthenticated, "running code needs the sandbox's access token (X-Access-Token)")
 		}
 		return nil
 	})
@@ -50,7 +62,7 @@ func (h *Handler) port(w http.ResponseWriter, r *http.Request, id string, port i
 		h.writeError(w, err)
 		return
 	}
-	Forward(w, r, t.URL, t.Transport, t.Life, h.log, "e2b-traffic-access-token")
+	Forward(w, r, t.URL, t.Transport, t.Life, h.log, "e2b-traffic-access-token", "E2b-Sandbox-Id", "E2b-Sandbox-Port")
 }
 
 // hostTarget parses a host name <port>-<id>.<domain>.

@@ -262,6 +262,14 @@ func (m *Manager) start(ctx context.Context, b *box, drv runtime.Driver, tpl Tem
 		}
 		return errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("sandbox agent did not become ready in %s: %v", m.cfg.ReadyTimeout, err))
 	}
+	if tpl.Start != nil {
+		if err := m.startService(rctx, b, *tpl.Start); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+	}
 	return nil
 }
 
@@ -293,7 +301,7 @@ func (m *Manager) runtimeSpec(b *box, tpl Template) runtime.Spec {
 
 // applyTemplate records the template's command defaults in b's spec. The caller owns b.
 func applyTemplate(b *box, tpl Template) {
-	b.spec.WorkingDir, b.spec.User = tpl.WorkingDir, tpl.User
+	b.spec.WorkingDir, b.spec.User, b.spec.Start = tpl.WorkingDir, tpl.User, tpl.Start
 	b.spec.RootFS, b.spec.Layers = tpl.RootFS, tpl.Layers
 	b.rec.Spec = encodeSpec(b.spec)
 	b.refresh()

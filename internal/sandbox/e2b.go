@@ -80,14 +80,19 @@ type PortTarget struct {
 	Life         context.Context
 	Tenant       string
 	TrafficToken string
+	AccessToken  string
 }
 
+// PortSecrets are the sandbox's tokens a port route may demand: its traffic token ("" if it has
+// none) and its access token.
+type PortSecrets struct{ TrafficToken, AccessToken string }
+
 // Port finds a port of sandbox id for forwarding (resuming it if paused). With tenant set, the
-// sandbox must be that tenant's. authorize, if set, is called with the sandbox's traffic token
-// ("" if it has none) before anything touches the sandbox: an error from it is returned and a
-// paused sandbox stays paused (the unauthenticated host-name route must not resume a sandbox
-// for a caller without its token).
-func (m *Manager) Port(tenant, id string, port int, authorize func(trafficToken string) error) (PortTarget, error) {
+// sandbox must be that tenant's. authorize, if set, is called with the sandbox's tokens before
+// anything touches the sandbox: an error from it is returned and a paused sandbox stays paused
+// (the unauthenticated host-name route must not resume a sandbox for a caller without its
+// token).
+func (m *Manager) Port(tenant, id string, port int, authorize func(PortSecrets) error) (PortTarget, error) {
 	if port < 1 || port > 65535 {
 		return PortTarget{}, errdefs.InvalidArgument(fmt.Sprintf("port %d: want 1..65535", port))
 	}
@@ -103,7 +108,7 @@ func (m *Manager) Port(tenant, id string, port int, authorize func(trafficToken 
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if authorize != nil {
-		if err := authorize(b.spec.TrafficToken); err != nil {
+		if err := authorize(PortSecrets{TrafficToken: b.spec.TrafficToken, AccessToken: b.rec.AccessToken}); err != nil {
 			return PortTarget{}, err
 		}
 	}
@@ -117,8 +122,29 @@ func (m *Manager) Port(tenant, id string, port int, authorize func(trafficToken 
 	}
 	return PortTarget{
 		URL: fmt.Sprintf("http://%s", netip.AddrPortFrom(b.slot.GuestIP.Addr(), uint16(port))), Transport: b.hc.Transport,
-		Life: b.life, Tenant: b.tenant, TrafficToken: b.spec.TrafficToken,
+		Life: b.life, Tenant: b.tenant, TrafficToken: b.spec.TrafficToken, AccessToken: b.rec.AccessToken,
 	}, nil
+}
+
+// Service finds the port of the template's service (see Service) of tenant's sandbox id, as
+// Port does; a sandbox whose template has none gives errdefs.ErrFailedPrecondition.
+func (m *Manager) Service(tenant, id string) (PortTarget, error) {
+	if !ValidID(id) {
+		return PortTarget{}, errdefs.NotFound(fmt.Sprintf("sandbox %q not found", id))
+	}
+	m.mu.Lock()
+	b := m.boxes[id]
+	m.mu.Unlock()
+	if b == nil || b.tenant == warmTenant || b.tenant != tenant {
+		return PortTarget{}, errdefs.NotFound(fmt.Sprintf("sandbox %s not found", id))
+	}
+	b.mu.Lock()
+	svc, tpl := b.spec.Start, b.rec.Template
+	b.mu.Unlock()
+	if svc == nil {
+		return PortTarget{}, errdefs.New(errdefs.ErrFailedPrecondition, fmt.Sprintf("sandbox %s (template %s) runs no code interpreter: create it from template code-interpreter", id, tpl))
+	}
+	return m.Port(tenant, id, svc.ReadyPort, nil)
 }
 
 // TrafficToken returns the token guarding a sandbox's ports ("" if it has none).

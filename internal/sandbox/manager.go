@@ -61,6 +61,19 @@ type Template struct {
 	Env        map[string]string // environment of every command (under the sandbox's own)
 	WorkingDir string            // default working directory of commands
 	User       string            // default user of commands
+	Start      *Service          // a service every sandbox of the template runs from its start
+}
+
+// Service is a process a template's sandboxes run from their start (the code interpreter's
+// server), and how to tell it is ready: a GET of ReadyPath on ReadyPort answering 200. A create
+// returns once it is ready.
+type Service struct {
+	Command    []string          `json:"command"`
+	User       string            `json:"user,omitempty"`
+	WorkingDir string            `json:"working_dir,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	ReadyPort  int               `json:"ready_port"`
+	ReadyPath  string            `json:"ready_path"`
 }
 
 // TemplateFunc resolves a template by name, building it if needed. An unknown name yields an
@@ -87,13 +100,15 @@ type Config struct {
 	// BackgroundJobs bounds the expiry, health and snapshot jobs running at once, each on one
 	// sandbox (default 4).
 	BackgroundJobs int
-	ReadyTimeout   time.Duration   // how long create waits for the agent (default 30s)
-	WarmPool       int             // sandboxes of the default shape kept started ahead of demand
-	StateDir       string          // where paused sandboxes' checkpoints live (pause needs it)
-	Chunks         snapshot.Chunks // where snapshots live (snapshots need it and StateDir)
-	Audit          Audit           // egress decisions of the gateway (optional)
-	EgressCA       []byte          // PEM of the gateway's interception CA, trusted in every sandbox
-	Credentials    Credentials     // tenants' credential secrets (optional: no secrets without it)
+	ReadyTimeout   time.Duration // how long create waits for the agent (default 30s)
+	WarmPool       int           // sandboxes of the default shape kept started ahead of demand
+	// WarmTemplates sizes the warm pools of other templates (default shape, that template).
+	WarmTemplates map[string]int
+	StateDir      string          // where paused sandboxes' checkpoints live (pause needs it)
+	Chunks        snapshot.Chunks // where snapshots live (snapshots need it and StateDir)
+	Audit         Audit           // egress decisions of the gateway (optional)
+	EgressCA      []byte          // PEM of the gateway's interception CA, trusted in every sandbox
+	Credentials   Credentials     // tenants' credential secrets (optional: no secrets without it)
 	// TemplateRefs keeps what sandboxes and snapshots stand on from template rebuilds
 	// (optional); Instance names this instance's holders in it.
 	TemplateRefs TemplateRefs
@@ -119,9 +134,9 @@ type Manager struct {
 
 	mu      sync.Mutex
 	boxes   map[string]*box
-	pending map[string]int // per tenant: creates admitted by the quota, not yet registered
-	warm    []*box         // ready pool members, not in boxes (see warm.go)
-	pinned  map[string]int // shared layers being set up (see layers.go)
+	pending map[string]int    // per tenant: creates admitted by the quota, not yet registered
+	warm    map[string][]*box // ready pool members by template, not in boxes (see warm.go)
+	pinned  map[string]int    // shared layers being set up (see layers.go)
 	closing bool
 	busy    map[string]bool // background jobs running, by kind/sandbox (reaper.go)
 
@@ -216,7 +231,7 @@ func New(cfg Config) (*Manager, error) {
 	}
 	bg, bgCancel := context.WithCancel(context.Background())
 	m := &Manager{cfg: cfg, log: cfg.Logger, boxes: map[string]*box{}, pending: map[string]int{}, pinned: map[string]int{}, busy: map[string]bool{},
-		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1)}
+		bg: bg, bgCancel: bgCancel, stop: make(chan struct{}), refillc: make(chan struct{}, 1), warm: map[string][]*box{}}
 	if cfg.Chunks != nil {
 		m.snaps = snapshot.New(cfg.Chunks, cfg.Store, cfg.Logger)
 	}

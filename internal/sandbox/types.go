@@ -69,6 +69,8 @@ type Spec struct {
 	// Command defaults from the template's image.
 	WorkingDir string `json:"working_dir,omitempty"`
 	User       string `json:"user,omitempty"`
+	// Start is the template's service, started with the sandbox (see Service).
+	Start *Service `json:"start,omitempty"`
 	// The layers the sandbox was started on: a paused sandbox resumes on exactly these, and they
 	// are kept while any sandbox names them.
 	RootFS string   `json:"rootfs,omitempty"`

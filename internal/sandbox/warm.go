@@ -3,13 +3,16 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/space-sandbox/space/internal/store"
 )
 
-// The warm pool: sandboxes of the default shape (default template, runtime and resources),
-// started ahead of demand so that a create that fits takes one at once. A pool member is a real
+// The warm pools: sandboxes of the default shape (default runtime and resources) of the default
+// template and of each template in Config.WarmTemplates, started ahead of demand so that a create
+// that fits takes one at once (its template's service, a code interpreter, already started). A pool member is a real
 // sandbox with a record under the reserved tenant "" (no API key can have it), kept out of the
 // tenants' view; claiming it gives the record to the tenant. Members are removed on Close and by
 // Recover, so a stopped spaced leaves none behind.
@@ -17,11 +20,22 @@ import (
 // warmTenant marks pool members in the store. Tenant names of keys never match it.
 const warmTenant = ""
 
-// eligible reports whether req can be served from the warm pool.
+// poolSize is how many members the pool of template keeps ready.
+func (m *Manager) poolSize(template string) int {
+	if template == m.cfg.DefaultTemplate {
+		return m.cfg.WarmPool
+	}
+	return m.cfg.WarmTemplates[template]
+}
+
+// eligible reports whether req can be served from a warm pool.
 func (m *Manager) eligible(req CreateRequest) bool {
 	r := req.Resources
-	return m.cfg.WarmPool > 0 && req.FromSnapshot == "" &&
-		(req.Template == "" || req.Template == m.cfg.DefaultTemplate) &&
+	tpl := req.Template
+	if tpl == "" {
+		tpl = m.cfg.DefaultTemplate
+	}
+	return m.poolSize(tpl) > 0 && req.FromSnapshot == "" &&
 		(req.Runtime == "" || req.Runtime == m.cfg.DefaultRuntime) &&
 		(r.VCPUs == 0 || r.VCPUs == defaultVCPUs) && (r.MemoryMiB == 0 || r.MemoryMiB == defaultMemoryMiB) &&
 		(r.DiskMiB == 0 || r.DiskMiB == defaultDiskMiB) && r.Pids == 0
@@ -31,21 +45,22 @@ func (m *Manager) eligible(req CreateRequest) bool {
 // member's (its runtime is named after it). It returns nil if the pool has nothing ready. The
 // returned box is locked and registered.
 func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box {
+	tpl := rec.Template
 	for {
 		m.mu.Lock()
-		if len(m.warm) == 0 {
+		if len(m.warm[tpl]) == 0 {
 			m.mu.Unlock()
 			m.refill()
 			return nil
 		}
-		b := m.warm[0]
-		m.warm = m.warm[1:]
+		b := m.warm[tpl][0]
+		m.warm[tpl] = m.warm[tpl][1:]
 		m.mu.Unlock()
 		m.refill()
 
 		if ctx.Err() != nil { // the caller went away: keep the member for the next one
 			m.mu.Lock()
-			m.warm = append([]*box{b}, m.warm...)
+			m.warm[tpl] = append([]*box{b}, m.warm[tpl]...)
 			m.mu.Unlock()
 			return nil
 		}
@@ -76,7 +91,7 @@ func (m *Manager) claim(ctx context.Context, rec store.Sandbox, spec Spec) *box 
 		prev := b.rec
 		// The member's state (running) carries over: no transition.
 		rec.ID, rec.AccessToken, rec.SlotIndex, rec.State = b.rec.ID, b.rec.AccessToken, b.rec.SlotIndex, b.rec.State
-		spec.WorkingDir, spec.User, spec.RootFS, spec.Layers = b.spec.WorkingDir, b.spec.User, b.spec.RootFS, b.spec.Layers
+		spec.WorkingDir, spec.User, spec.Start, spec.RootFS, spec.Layers = b.spec.WorkingDir, b.spec.User, b.spec.Start, b.spec.RootFS, b.spec.Layers
 		rec.Spec = encodeSpec(spec)
 		b.rec, b.spec = rec, spec
 		err = m.cfg.Store.UpdateSandbox(wctx, b.rec)
@@ -104,7 +119,7 @@ func (m *Manager) refill() {
 	}
 }
 
-// filler keeps WarmPool members ready, one start at a time.
+// filler keeps every pool's members ready, one start at a time, the emptiest pool first.
 func (m *Manager) filler() {
 	defer m.wg.Done()
 	backoff := time.Second
@@ -115,14 +130,12 @@ func (m *Manager) filler() {
 		case <-m.refillc:
 		}
 		for {
-			m.mu.Lock()
-			need := len(m.warm) < m.cfg.WarmPool
-			m.mu.Unlock()
+			tpl, need := m.neediest()
 			if !need {
 				break
 			}
-			if err := m.startWarm(); err != nil {
-				m.log.Warn("warm pool: start failed", "err", err, "retry_in", backoff)
+			if err := m.startWarm(tpl); err != nil {
+				m.log.Warn("warm pool: start failed", "template", tpl, "err", err, "retry_in", backoff)
 				select {
 				case <-m.stop:
 					return
@@ -136,11 +149,32 @@ func (m *Manager) filler() {
 	}
 }
 
-// startWarm starts one pool member.
-func (m *Manager) startWarm() error {
+// neediest is the template whose pool lacks the largest share of its size (the first by name
+// among equals); false if every pool is full.
+func (m *Manager) neediest() (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	sizes := maps.Clone(m.cfg.WarmTemplates)
+	if sizes == nil {
+		sizes = map[string]int{}
+	}
+	sizes[m.cfg.DefaultTemplate] = m.cfg.WarmPool
+	best, bestFill := "", 1.0
+	for _, tpl := range slices.Sorted(maps.Keys(sizes)) {
+		if n := sizes[tpl]; n > 0 {
+			if fill := float64(len(m.warm[tpl])) / float64(n); fill < bestFill {
+				best, bestFill = tpl, fill
+			}
+		}
+	}
+	return best, best != ""
+}
+
+// startWarm starts one member of template's pool.
+func (m *Manager) startWarm(template string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rec, spec, err := m.prepare(ctx, warmTenant, CreateRequest{})
+	rec, spec, err := m.prepare(ctx, warmTenant, CreateRequest{Template: template})
 	if err != nil {
 		return err
 	}
@@ -189,7 +223,7 @@ func (m *Manager) startWarm() error {
 	m.mu.Lock()
 	closed = m.closing
 	if !closed {
-		m.warm = append(m.warm, b)
+		m.warm[template] = append(m.warm[template], b)
 	}
 	m.mu.Unlock()
 	if closed {
@@ -244,8 +278,11 @@ var errShuttingDown = errors.New("spaced is shutting down")
 func (m *Manager) drainWarm(deadline time.Time) {
 	m.mu.Lock()
 	m.closing = true
-	warm := m.warm
-	m.warm = nil
+	var warm []*box
+	for _, pool := range m.warm {
+		warm = append(warm, pool...)
+	}
+	m.warm = map[string][]*box{}
 	m.mu.Unlock()
 	for _, b := range warm {
 		if time.Now().After(deadline) {
@@ -255,9 +292,13 @@ func (m *Manager) drainWarm(deadline time.Time) {
 	}
 }
 
-// WarmReady is how many pool members are ready now.
+// WarmReady is how many pool members are ready now, of every template.
 func (m *Manager) WarmReady() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return len(m.warm)
+	n := 0
+	for _, pool := range m.warm {
+		n += len(pool)
+	}
+	return n
 }

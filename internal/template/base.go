@@ -50,6 +50,8 @@ func defaultBaseSpec() baseSpec {
 			"bash", "ca-certificates", "curl", "git", "procps",
 			"python3", "python3-matplotlib", "python3-numpy", "python3-openpyxl", "python3-pandas", "python3-scipy",
 			"python3-pip", "python3-venv",
+			// The code-interpreter template's kernels (its server is a layer over base).
+			"python3-ipykernel", "python3-jupyter-client",
 			"nodejs", "npm",
 		},
 		aptOpts: []string{

@@ -55,6 +55,20 @@ type Template struct {
 	Env        map[string]string `json:",omitempty"`
 	WorkingDir string            `json:",omitempty"`
 	User       string            `json:",omitempty"`
+	// Start, if set, is a service every sandbox of the template runs from its start (the code
+	// interpreter's server): the sandbox is ready once it answers.
+	Start *Start `json:",omitempty"`
+}
+
+// Start is a service a template's sandboxes run: the command, who runs it, and the HTTP check
+// that says it is ready (a GET of ReadyPath on ReadyPort inside the sandbox answering 200).
+type Start struct {
+	Command    []string          `json:"command"`
+	User       string            `json:"user,omitempty"`
+	WorkingDir string            `json:"workingDir,omitempty"`
+	Env        map[string]string `json:"env,omitempty"`
+	ReadyPort  int               `json:"readyPort"`
+	ReadyPath  string            `json:"readyPath"`
 }
 
 // Store builds and finds templates. It is safe for concurrent use; concurrent Ensure calls for
@@ -97,6 +111,14 @@ type recipe struct {
 	version int
 	inputs  func(s *Store) ([]byte, error)
 	build   func(ctx context.Context, s *Store, rootfs string) error
+
+	// A layered recipe builds one layer over the current version of the built-in template
+	// parent (whose version is part of this one's), and gives its templates these defaults.
+	parent     string
+	env        map[string]string
+	workingDir string
+	user       string
+	start      *Start
 }
 
 // metaFile is written next to rootfs inside each version directory before it is renamed into
@@ -109,6 +131,12 @@ type meta struct {
 	SizeBytes int64     `json:"sizeBytes"`
 	CreatedAt time.Time `json:"createdAt"`
 	Parent    string    `json:"parent,omitempty"`
+	// A layered template: the parent's version it stands on, and its defaults.
+	ParentVersion string            `json:"parentVersion,omitempty"`
+	Env           map[string]string `json:"env,omitempty"`
+	WorkingDir    string            `json:"workingDir,omitempty"`
+	User          string            `json:"user,omitempty"`
+	Start         *Start            `json:"start,omitempty"`
 }
 
 // New returns a Store rooted at cfg.Dir, creating the directory if needed.
@@ -146,7 +174,7 @@ func New(cfg Config) (*Store, error) {
 		userRoot: userRoot,
 		busybox:  cfg.Busybox,
 		log:      cfg.Logger,
-		recipes:  map[string]recipe{"minimal": minimalRecipe(), "base": baseRecipe("/etc/apt")},
+		recipes:  map[string]recipe{"minimal": minimalRecipe(), "base": baseRecipe("/etc/apt"), codeInterpreter: codeInterpreterRecipe()},
 		inflight: map[string]*ensureCall{},
 		building: map[*tracker]struct{}{},
 		digests:  map[fileKey]string{},
@@ -210,6 +238,12 @@ func (s *Store) Ensure(ctx context.Context, name string) (Template, error) {
 // ensure does the work of Ensure for one caller at a time per name in this process; the lock
 // file extends that to other processes.
 func (s *Store) ensure(ctx context.Context, name string, rec recipe) (Template, error) {
+	if rec.parent != "" {
+		// The layer goes on the parent's current version: that is built first.
+		if _, err := s.Ensure(ctx, rec.parent); err != nil {
+			return Template{}, fmt.Errorf("template %q: %w", name, err)
+		}
+	}
 	version, err := s.version(name, rec)
 	if err != nil {
 		return Template{}, fmt.Errorf("template %q: %w", name, err)
@@ -258,6 +292,17 @@ func (s *Store) version(name string, rec recipe) (string, error) {
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "space template %s recipe v%d\x00", name, rec.version)
+	if rec.parent != "" {
+		prec, ok := s.recipes[rec.parent]
+		if !ok || prec.parent != "" {
+			return "", fmt.Errorf("template %s: parent %q is not a built-in template of one layer", name, rec.parent)
+		}
+		pv, err := s.version(rec.parent, prec)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(h, "on %s %s\x00", rec.parent, pv)
+	}
 	h.Write(in)
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
@@ -274,14 +319,24 @@ func (s *Store) load(name, version string) (Template, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return Template{}, fmt.Errorf("read %s: %w", filepath.Join(vdir, metaFile), err)
 	}
-	return Template{
+	t := Template{
 		Name:      m.Name,
 		Version:   m.Version,
 		RootFS:    filepath.Join(vdir, "rootfs"),
 		SizeBytes: m.SizeBytes,
 		CreatedAt: m.CreatedAt,
 		Parent:    m.Parent,
-	}, nil
+		Env:       m.Env, WorkingDir: m.WorkingDir, User: m.User, Start: m.Start,
+	}
+	if m.ParentVersion != "" {
+		// A layered version: its tree is a layer over the parent's version.
+		if !nameRE.MatchString(m.Parent) || !nameRE.MatchString(m.ParentVersion) {
+			return Template{}, fmt.Errorf("read %s: parent %q version %q", filepath.Join(vdir, metaFile), m.Parent, m.ParentVersion)
+		}
+		t.Layers = []string{t.RootFS}
+		t.RootFS = filepath.Join(s.dir, m.Parent, m.ParentVersion, "rootfs")
+	}
+	return t, nil
 }
 
 // build runs the recipe in a temporary directory and renames it into place. The rename is the
@@ -323,6 +378,15 @@ func (s *Store) build(ctx context.Context, name, version string, rec recipe) (Te
 		return Template{}, err
 	}
 	m := meta{Name: name, Version: version, SizeBytes: size, CreatedAt: time.Now().UTC()}
+	if rec.parent != "" {
+		prec := s.recipes[rec.parent]
+		pv, err := s.version(rec.parent, prec)
+		if err != nil {
+			return Template{}, err
+		}
+		m.Parent, m.ParentVersion = rec.parent, pv
+		m.Env, m.WorkingDir, m.User, m.Start = rec.env, rec.workingDir, rec.user, rec.start
+	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return Template{}, err

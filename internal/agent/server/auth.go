@@ -72,6 +72,20 @@ func newAccessToken(t string) *accessToken {
 func (a *accessToken) get() string  { return *a.v.Load() }
 func (a *accessToken) set(t string) { a.v.Store(&t) }
 
+// defaultUserHeader names the user a request that names none runs as, if the sandbox has that
+// user (spaced's E2B routes ask for E2B's "user"); otherwise the agent's default applies.
+const defaultUserHeader = "X-Space-Default-User"
+
+// preferredDefault is the user a request naming none runs as.
+func preferredDefault(users *userDB, h http.Header, fallback string) string {
+	if n := h.Get(defaultUserHeader); n != "" {
+		if _, err := users.lookup(n); err == nil {
+			return n
+		}
+	}
+	return fallback
+}
+
 // authInterceptor checks the access token of every RPC and resolves the calling user.
 type authInterceptor struct {
 	token       *accessToken
@@ -83,7 +97,7 @@ func (a *authInterceptor) authenticate(ctx context.Context, h http.Header) (cont
 	if !tokenOK(a.token.get(), h.Get(accessTokenHeader)) {
 		return ctx, connect.NewError(connect.CodeUnauthenticated, errors.New("invalid or missing access token"))
 	}
-	name := a.defaultUser
+	name := preferredDefault(a.users, h, a.defaultUser)
 	if n, ok, err := basicAuthUser(h.Get("Authorization")); err != nil {
 		return ctx, connectErr(err)
 	} else if ok {

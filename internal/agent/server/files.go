@@ -46,7 +46,7 @@ func (h *filesHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (h *filesHandler) user(r *http.Request) (User, error) {
 	name := r.URL.Query().Get("username")
 	if name == "" {
-		name = h.s.cfg.DefaultUser
+		name = preferredDefault(h.s.users, r.Header, h.s.cfg.DefaultUser)
 	}
 	return h.s.users.lookup(name)
 }

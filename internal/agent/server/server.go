@@ -8,6 +8,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -147,6 +149,7 @@ func New(cfg Config) (*Server, error) {
 		w.WriteHeader(http.StatusNoContent)
 	})
 	mux.Handle("/files", requireToken(token, &filesHandler{s: s}))
+	mux.Handle("GET /envs", requireToken(token, http.HandlerFunc(s.serveEnvs)))
 	mux.Handle("POST /init", initHandler(token, func(env []string) { s.initEnv.Store(&env) }))
 	mux.Handle("POST /restore", requireToken(token, &restoreHandler{s: s}))
 	s.handler = mux
@@ -207,4 +210,29 @@ func (s *Server) baseEnv() []string {
 		return s.cfg.BaseEnv
 	}
 	return append(slices.Clone(s.cfg.BaseEnv), *extra...)
+}
+
+// perProcessEnv reports the variables each command gets for its own user and shell, left out
+// of /envs.
+func perProcessEnv(k string) bool {
+	switch k {
+	case "HOME", "USER", "LOGNAME", "SHELL", "PWD", "OLDPWD", "SHLVL", "_":
+		return true
+	}
+	return false
+}
+
+// serveEnvs answers GET /envs (envd's): the variables every command starts with, as an object.
+// The code interpreter's server reads them for kernels it started before the sandbox got them
+// (a warm sandbox).
+func (s *Server) serveEnvs(w http.ResponseWriter, _ *http.Request) {
+	out := map[string]string{}
+	for _, kv := range s.baseEnv() {
+		k, v, _ := strings.Cut(kv, "=")
+		if k != "" && !perProcessEnv(k) {
+			out[k] = v
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(out)
 }

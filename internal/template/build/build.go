@@ -270,7 +270,7 @@ func (m *Builder) Build(ctx context.Context, req Request, logf func(string)) (Te
 		cur.Layers = append(cur.Layers, layer)
 	}
 	saved, err := ts.Save(ctx, template.Template{Name: req.Name, RootFS: cur.RootFS, Layers: cur.Layers,
-		Env: cur.Env, WorkingDir: cur.WorkingDir, User: cur.User, Parent: parent})
+		Env: cur.Env, WorkingDir: cur.WorkingDir, User: cur.User, Start: storeStart(cur.Start), Parent: parent})
 	if err != nil {
 		return TemplateInfo{}, err
 	}
@@ -501,4 +501,22 @@ func prepareImageRoot(dir string) error {
 		}
 	}
 	return r.EnsureDir("root", 0o700)
+}
+
+// SandboxTemplate is what the lifecycle needs of a stored template.
+func SandboxTemplate(t template.Template) sandbox.Template {
+	tpl := sandbox.Template{RootFS: t.RootFS, Layers: t.Layers, Env: t.Env, WorkingDir: t.WorkingDir, User: t.User}
+	if s := t.Start; s != nil {
+		tpl.Start = &sandbox.Service{Command: s.Command, User: s.User, WorkingDir: s.WorkingDir, Env: s.Env, ReadyPort: s.ReadyPort, ReadyPath: s.ReadyPath}
+	}
+	return tpl
+}
+
+// storeStart is the inverse of SandboxTemplate's conversion of a service: a template built on
+// one with a service keeps it.
+func storeStart(s *sandbox.Service) *template.Start {
+	if s == nil {
+		return nil
+	}
+	return &template.Start{Command: s.Command, User: s.User, WorkingDir: s.WorkingDir, Env: s.Env, ReadyPort: s.ReadyPort, ReadyPath: s.ReadyPath}
 }

@@ -1,0 +1,244 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/space-sandbox/space/internal/auth"
+	"github.com/space-sandbox/space/internal/codeinterp"
+	"github.com/space-sandbox/space/internal/errdefs"
+	"github.com/space-sandbox/space/internal/sandbox"
+)
+
+// Limits of one run-code request.
+const (
+	defaultCodeTimeout = 300 * time.Second
+	maxCodeTimeout     = 24 * time.Hour
+	// maxCodeOutput bounds what a JSON answer collects (a stream has no bound).
+	maxCodeOutput = 64 << 20
+)
+
+type codeRequest struct {
+	Code           string            `json:"code"`
+	Language       string            `json:"language"`
+	ContextID      string            `json:"context_id"`
+	Env            map[string]string `json:"env"`
+	TimeoutSeconds *float64          `json:"timeout_seconds"`
+}
+
+// codeResult is the JSON answer of a run: everything the cell produced.
+type codeResult struct {
+	Results         []codeinterp.Result   `json:"results"`
+	Stdout          string                `json:"stdout"`
+	Stderr          string                `json:"stderr"`
+	Error           *codeinterp.ExecError `json:"error"`
+	ExecutionCount  int                   `json:"execution_count"`
+	KernelRestarted string                `json:"kernel_restarted,omitempty"`
+}
+
+func (req codeRequest) toRun() (codeinterp.Request, error) {
+	out := codeinterp.Request{Code: req.Code, Language: strings.ToLower(strings.TrimSpace(req.Language)), ContextID: req.ContextID, Env: req.Env}
+	if strings.TrimSpace(req.Code) == "" {
+		return out, errdefs.InvalidArgument("code: empty")
+	}
+	if len(req.Code) > codeinterp.MaxCode {
+		return out, errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("code: %d bytes; the limit is %d", len(req.Code), codeinterp.MaxCode))
+	}
+	if out.Language != "" && out.ContextID != "" {
+		return out, errdefs.InvalidArgument("give language or context_id, not both: a context has its language")
+	}
+	if err := sandbox.ValidateEnv("env", req.Env); err != nil {
+		return out, err
+	}
+	timeout := defaultCodeTimeout
+	if req.TimeoutSeconds != nil {
+		t := *req.TimeoutSeconds
+		if t <= 0 || t > maxCodeTimeout.Seconds() {
+			return out, errdefs.InvalidArgument(fmt.Sprintf("timeout_seconds: want more than 0, at most %d", int(maxCodeTimeout.Seconds())))
+		}
+		timeout = time.Duration(t * float64(time.Second))
+	}
+	out.Timeout = timeout.Seconds()
+	return out, nil
+}
+
+// interpreter finds tenant p's sandbox's code interpreter (resuming a paused sandbox).
+func (s *Server) interpreter(r *http.Request, p auth.Principal) (*codeinterp.Client, context.Context, error) {
+	t, err := s.sb.Service(p.Tenant, r.PathValue("id"))
+	if err != nil {
+		return nil, nil, err
+	}
+	return &codeinterp.Client{URL: t.URL, Transport: t.Transport, AccessToken: t.AccessToken}, t.Life, nil
+}
+
+// handleRunCode runs a cell in the sandbox's code interpreter: POST /v1/sandboxes/{id}/code.
+// An exception in the code is part of the answer (error), not an HTTP error.
+func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req codeRequest
+	if err := decodeJSONLimit(w, r, &req, codeinterp.MaxCode+maxJSONBody); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	run, err := req.toRun()
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ci, life, err := s.interpreter(r, p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	// The server interrupts the cell at its timeout; this is the net under it.
+	ctx, cancel := withLife(r.Context(), life)
+	defer cancel()
+	ctx, tcancel := context.WithTimeout(ctx, time.Duration(run.Timeout*float64(time.Second))+30*time.Second)
+	defer tcancel()
+	if !wantsSSE(r) {
+		var res codeResult
+		size := 0
+		err := ci.Execute(ctx, run, func(ev codeinterp.Event) error {
+			size += len(ev.Text)
+			switch ev.Kind {
+			case "stdout":
+				res.Stdout += ev.Text
+			case "stderr":
+				res.Stderr += ev.Text
+			case "result":
+				for _, v := range ev.Result.Data {
+					if s, ok := v.(string); ok {
+						size += len(s)
+					}
+				}
+				res.Results = append(res.Results, *ev.Result)
+			case "error":
+				res.Error = ev.Error
+			case "kernel_restarted":
+				res.KernelRestarted = ev.Text
+			case "end":
+				res.ExecutionCount = ev.ExecutionCount
+			}
+			if size > maxCodeOutput {
+				return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("the cell's output passed %d bytes: ask for a stream (Accept: text/event-stream)", maxCodeOutput))
+			}
+			return nil
+		})
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		if res.Results == nil {
+			res.Results = []codeinterp.Result{}
+		}
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	// A stream answers at once; what breaks it later is told in its last event.
+	st := startSSE(w, http.StatusOK)
+	defer st.close()
+	err = ci.Execute(ctx, run, func(ev codeinterp.Event) error {
+		switch ev.Kind {
+		case "stdout", "stderr":
+			return st.send(ev.Kind, map[string]string{"text": ev.Text})
+		case "result":
+			return st.send("result", ev.Result)
+		case "error":
+			return st.send("error", ev.Error)
+		case "kernel_restarted":
+			return st.send("kernel_restarted", map[string]string{"reason": ev.Text})
+		case "end":
+			return st.send("end", map[string]int{"execution_count": ev.ExecutionCount})
+		}
+		return nil
+	})
+	if err != nil && r.Context().Err() == nil && !errors.Is(err, errStreamClosed) {
+		status, msg := statusOf(err)
+		st.send("end", map[string]any{"error": map[string]any{"code": status, "message": msg}})
+	}
+}
+
+func (s *Server) handleListContexts(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	ci, life, err := s.interpreter(r, p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx, cancel := withLife(r.Context(), life)
+	defer cancel()
+	list, err := ci.Contexts(ctx)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if list == nil {
+		list = []codeinterp.Context{}
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	var req struct {
+		Language string `json:"language"`
+		Cwd      string `json:"cwd"`
+	}
+	if err := decodeOptionalJSON(w, r, &req); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	if req.Cwd != "" {
+		cwd, err := cleanPath("cwd", req.Cwd)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		req.Cwd = cwd
+	}
+	ci, life, err := s.interpreter(r, p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx, cancel := withLife(r.Context(), life)
+	defer cancel()
+	c, err := ci.CreateContext(ctx, strings.ToLower(strings.TrimSpace(req.Language)), req.Cwd)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusCreated, c)
+}
+
+func (s *Server) handleDeleteContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	s.contextOp(w, r, p, (*codeinterp.Client).DeleteContext)
+}
+
+func (s *Server) handleRestartContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
+	s.contextOp(w, r, p, (*codeinterp.Client).RestartContext)
+}
+
+// contextOp runs op on the context named in the path and answers 204.
+func (s *Server) contextOp(w http.ResponseWriter, r *http.Request, p auth.Principal, op func(*codeinterp.Client, context.Context, string) error) {
+	ci, life, err := s.interpreter(r, p)
+	if err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	ctx, cancel := withLife(r.Context(), life)
+	defer cancel()
+	if err := op(ci, ctx, r.PathValue("ctx")); err != nil {
+		s.writeError(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
+func withLife(ctx, life context.Context) (context.Context, context.CancelFunc) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+	return cctx, func() { stop(); cancel(context.Canceled) }
+}
