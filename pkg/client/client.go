@@ -1,6 +1,6 @@
 // Package client is the public Go SDK for SPACE's HTTP API (API.md, v1): sandboxes, commands,
-// files, events and server info. It depends only on the standard library, so any Go program may
-// import it; the space CLI is built on it.
+// the code interpreter, files, events and server info. It depends only on the standard library,
+// so any Go program may import it; the space CLI is built on it.
 //
 // Every call takes a context; cancelling it aborts the request, including a stream that is being
 // read. Failed calls return a *Error when the server answered with an error status.
