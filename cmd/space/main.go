@@ -1,12 +1,12 @@
 // Command space is SPACE's command-line client: it creates, lists and deletes sandboxes, runs
-// commands in them (streamed, or as an interactive shell) and copies files in and out, all
-// through the public Go SDK in pkg/client.
+// commands in them (streamed, or as an interactive shell), runs code in their code interpreter
+// and copies files in and out, all through the public Go SDK in pkg/client.
 //
 // The server is SPACE_URL (default http://127.0.0.1:7070) or --url; the API key is --key, else
 // SPACE_API_KEY, else the file $SPACE_HOME/admin.key (SPACE_HOME defaults to ./.space). When the
 // server refuses the key, the CLI says where it looked.
 // Exit status: 0 on success, the command's own status for exec and shell, 1 when the server or
-// the network failed, 2 for a usage error.
+// the network failed (or, for run-code, when the code raised), 2 for a usage error.
 package main
 
 import (
@@ -113,6 +113,8 @@ func commands() []command {
 		{"info", "[ID]", "show a sandbox, or the server without ID", (*app).cmdInfo},
 		{"exec", "ID [--env K=V]... [--cwd D] [--user U] [--timeout S] [-i] (-c 'shell string' | [--] CMD ARGS...)", "run a command, streaming its output", (*app).cmdExec},
 		{"shell", "ID [-- CMD ARGS...]", "open an interactive shell", (*app).cmdShell},
+		{"run-code", runCodeUsage, "run code in a sandbox's code interpreter, streaming its output; saves images and HTML as result-N files", (*app).cmdRunCode},
+		{"code-contexts", codeContextsUsage, "list, create, delete or restart a code interpreter's contexts (one kernel each)", (*app).cmdCodeContexts},
 		{"cp", "(LOCAL|-) ID:/path | ID:/path (LOCAL|-)", "copy a file into or out of a sandbox", (*app).cmdCopy},
 		{"rm", "ID...", "delete sandboxes", (*app).cmdRemove},
 		{"pause", "ID", "pause a sandbox: memory, processes and files saved to disk", (*app).cmdPause},
@@ -132,8 +134,12 @@ func commands() []command {
 
 func (a *app) printUsage(w io.Writer) {
 	fmt.Fprintf(w, "usage: space [--url URL] [--key KEY] [--json] COMMAND [ARGS]\n\ncommands:\n")
+	width := 0
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-9s %s\n            %s\n", c.name, c.short, c.usage)
+		width = max(width, len(c.name))
+	}
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-*s %s\n  %*s %s\n", width, c.name, c.short, width, "", c.usage)
 	}
 	fmt.Fprintf(w, "\nenvironment: SPACE_URL (default %s), SPACE_API_KEY, SPACE_HOME (default %s; the key is read from $SPACE_HOME/admin.key)\n", defaultURL, defaultHome)
 }
