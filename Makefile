@@ -49,7 +49,8 @@ test-e2e: build
 
 # The parsers of hostile input, fuzzed for a bounded time each (not only their seeds): the
 # confined path resolver, the image layer tar reader, tree write-back, the API's decoders, the
-# egress gateway's ClientHello/HTTP sniffer and its policy-rule parser.
+# egress gateway's ClientHello/HTTP sniffer and its policy-rule parser, and the lines a sandbox's
+# code-interpreter server answers with.
 FUZZTIME ?= 10s
 # Minimising a new input may take up to a minute by default: past the fuzz time that fails the run
 # ("context deadline exceeded") and stalls the fuzzer meanwhile.
@@ -61,6 +62,7 @@ test-fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzDecodeCreate$$' $(FUZZFLAGS) ./internal/api
 	$(GO) test -run '^$$' -fuzz '^FuzzSniff$$' $(FUZZFLAGS) ./internal/egress
 	$(GO) test -run '^$$' -fuzz '^FuzzParseRule$$' $(FUZZFLAGS) ./internal/egress
+	$(GO) test -run '^$$' -fuzz '^FuzzParseLine$$' $(FUZZFLAGS) ./internal/codeinterp
 
 test: deps-test build lint test-unit test-fuzz test-e2e
 

@@ -7,10 +7,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/space-sandbox/space/internal/spacedtest"
 	"github.com/space-sandbox/space/pkg/client"
 )
 
@@ -38,6 +40,54 @@ func TestE2BSDK(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestE2BCodeInterpreter drives spaced with the unmodified @e2b/code-interpreter SDK (npm,
+// pinned in e2e/e2b's package-lock): create (from the warm pool), state across calls, streaming
+// callbacks, errors, a PNG chart, a DataFrame's HTML, a CSV uploaded and totalled with pandas,
+// contexts, bash and JavaScript, a timeout that leaves the kernel usable, pause + connect, kill.
+func TestE2BCodeInterpreter(t *testing.T) {
+	dir, err := filepath.Abs("e2b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
+		t.Fatalf("the E2B code-interpreter SDK is not installed: run `npm ci` in e2e/e2b (.ci/run does): %v", err)
+	}
+	d := startSpaced(t, "SPACE_WARM_POOL=0", "SPACE_WARM_POOL_TEMPLATES=code-interpreter=1")
+	waitWarm(t, d, 1)
+	cmd := exec.Command("node", "codeinterp.mjs")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_KEY="+d.Opts.Key, "E2B_API_URL="+d.URL, "E2B_SANDBOX_URL="+d.URL)
+	out, err := cmd.CombinedOutput()
+	t.Logf("@e2b/code-interpreter:\n%s", out)
+	if err != nil || strings.Contains(string(out), "FAIL") {
+		t.Fatalf("the E2B code-interpreter SDK failed against spaced: %v", err)
+	}
+	if !strings.Contains(d.Log(), `template=code-interpreter warm=true`) {
+		t.Errorf("the SDK's sandbox did not come from the warm pool")
+	}
+}
+
+// waitWarm waits until spaced's warm pools hold at least n sandboxes.
+func waitWarm(t *testing.T, d *spacedtest.Daemon, n int) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Minute)
+	for time.Now().Before(deadline) {
+		if res, err := http.Get(d.URL + "/metrics"); err == nil {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			for _, line := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(line, "space_warm_pool_ready "); ok {
+					if ready, err := strconv.Atoi(v); err == nil && ready >= n {
+						return
+					}
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	t.Fatalf("the warm pool did not fill to %d in 3 minutes; log:\n%s", n, d.Log())
 }
 
 // TestPorts: a port a process in the sandbox listens on is reachable through the native route

@@ -38,6 +38,15 @@ try {
     await assert.rejects(sbx.commands.run('exit 3'), e => e instanceof CommandExitError && e.exitCode === 3)
   })
 
+  await step("E2B's default user: user in /home/user, unless a call names one", async () => {
+    const r = await sbx.commands.run('whoami; pwd; echo ~')
+    assert.equal(r.stdout, 'user\n/home/user\n/home/user\n')
+    await sbx.files.write('/home/user/owned.txt', 'mine')
+    const st = await sbx.commands.run('stat -c %U /home/user/owned.txt')
+    assert.equal(st.stdout, 'user\n')
+    assert.equal((await sbx.commands.run('whoami', { user: 'root' })).stdout, 'root\n')
+  })
+
   await step('background + wait', async () => {
     const h = await sbx.commands.run('sleep 1; echo done-late', { background: true })
     assert.ok(h.pid > 0)

@@ -100,20 +100,16 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 	defer tcancel()
 	if !wantsSSE(r) {
 		var res codeResult
+		var stdout, stderr strings.Builder
 		size := 0
 		err := ci.Execute(ctx, run, func(ev codeinterp.Event) error {
-			size += len(ev.Text)
+			size += ev.Size
 			switch ev.Kind {
 			case "stdout":
-				res.Stdout += ev.Text
+				stdout.WriteString(ev.Text)
 			case "stderr":
-				res.Stderr += ev.Text
+				stderr.WriteString(ev.Text)
 			case "result":
-				for _, v := range ev.Result.Data {
-					if s, ok := v.(string); ok {
-						size += len(s)
-					}
-				}
 				res.Results = append(res.Results, *ev.Result)
 			case "error":
 				res.Error = ev.Error
@@ -131,6 +127,7 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 			s.writeError(w, r, err)
 			return
 		}
+		res.Stdout, res.Stderr = stdout.String(), stderr.String()
 		if res.Results == nil {
 			res.Results = []codeinterp.Result{}
 		}

@@ -73,6 +73,11 @@ var tenancyRoutes = map[string]tenancyCase{
 	"GET /v1/snapshots/{sid}/diff":                              {query: "against=$SNAP"},
 	"POST /v1/sandboxes/{id}/exec":                              {body: `{"command":"touch $CANARY/exec"}`},
 	"GET /v1/sandboxes/{id}/processes":                          {},
+	"POST /v1/sandboxes/{id}/code":                              {body: `{"code":"open('/tmp/pwned','w')"}`},
+	"GET /v1/sandboxes/{id}/code/contexts":                      {},
+	"POST /v1/sandboxes/{id}/code/contexts":                     {body: `{"language":"python"}`},
+	"DELETE /v1/sandboxes/{id}/code/contexts/{ctx}":             {},
+	"POST /v1/sandboxes/{id}/code/contexts/{ctx}/restart":       {},
 	"GET /v1/sandboxes/{id}/processes/{pid}/events":             {},
 	"POST /v1/sandboxes/{id}/processes/{pid}/stdin":             {body: `x`},
 	"POST /v1/sandboxes/{id}/processes/{pid}/signal":            {body: `{"signal":"SIGKILL"}`},
@@ -141,7 +146,7 @@ func (v tenancyVictim) path(pattern string) string {
 		name = "minimal"
 	}
 	return strings.NewReplacer("{id}", id, "{sid}", v.snapshot, "{name}", name,
-		"{pid}", fmt.Sprint(v.pid), "{port}", "8080", "{path...}", "x").Replace(pattern)
+		"{pid}", fmt.Sprint(v.pid), "{port}", "8080", "{path...}", "x", "{ctx}", "default").Replace(pattern)
 }
 
 // newTenancyServer serves e's manager again with a sandbox domain, for the host-name routes.

@@ -37,6 +37,7 @@ type Request struct {
 // (Result), error (Error: an exception in the code, or a timeout), kernel_restarted (Text: why;
 // the kernel's state from before is gone) or end (ExecutionCount).
 type Event struct {
+	Size           int // bytes of the wire line it came in
 	Kind           string
 	Text           string
 	Result         *Result
@@ -132,6 +133,7 @@ func (c *Client) Execute(ctx context.Context, req Request, emit func(Event) erro
 		if !ok {
 			continue
 		}
+		ev.Size = len(line)
 		if ev.Kind == "count" {
 			count = ev.ExecutionCount
 			continue

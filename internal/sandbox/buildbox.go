@@ -44,6 +44,9 @@ func (m *Manager) StartBuild(ctx context.Context, tpl Template) (*BuildSandbox, 
 		return nil, err
 	}
 	rec.ExpiresAt, rec.TimeoutSeconds = time.Time{}, 0
+	// A build runs its steps in the template's tree, not its service (which would write its
+	// state into the layer being built).
+	tpl.Start = nil
 	b := newBox(rec, spec)
 	applyTemplate(b, tpl)
 	if err := m.recordNew(ctx, b.rec, b.spec); err != nil {
@@ -51,9 +54,6 @@ func (m *Manager) StartBuild(ctx context.Context, tpl Template) (*BuildSandbox, 
 	}
 	b.mu.Lock()
 	bs := &BuildSandbox{m: m, b: b}
-	// A build runs its steps in the template's tree, not its service (which would write its
-	// state into the layer being built).
-	tpl.Start = nil
 	if err := m.start(ctx, b, m.cfg.Drivers[rec.Runtime], tpl); err != nil {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 		defer cancel()

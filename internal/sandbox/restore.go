@@ -213,7 +213,7 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *snapshot.Manifest, si
 		m.releaseTemplates(b.rec.ID, "", gone)
 	}
 	b.spec.RootFS, b.spec.Layers = mf.RootFS, layers
-	b.spec.WorkingDir, b.spec.User = ms.WorkingDir, ms.User
+	b.spec.WorkingDir, b.spec.User, b.spec.Start = ms.WorkingDir, ms.User, ms.Start
 	b.rec.Spec = encodeSpec(b.spec)
 	slot, err := m.cfg.Slots.Acquire(ctx)
 	if err != nil {
@@ -254,6 +254,13 @@ func (m *Manager) bringUp(ctx context.Context, b *box, mf *snapshot.Manifest, si
 		}
 	}
 	m.setClient(b)
+	if mf.Checkpoint == nil && ms.Start != nil {
+		// Started afresh on the snapshot's files: so is the template's service (a code
+		// interpreter finds its contexts in those files and says their kernels restarted).
+		if err := m.startService(rctx, b, *ms.Start); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -328,7 +335,7 @@ func (m *Manager) createFromSnapshot(ctx context.Context, tenant string, req Cre
 	}
 	defer m.unreserve(tenant)
 	spec.Parent = &Parent{SandboxID: mf.SandboxID, SnapshotID: snap.ID}
-	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User = mf.RootFS, mf.Layers, ms.WorkingDir, ms.User
+	spec.RootFS, spec.Layers, spec.WorkingDir, spec.User, spec.Start = mf.RootFS, mf.Layers, ms.WorkingDir, ms.User, ms.Start
 	rec.Spec = encodeSpec(spec)
 	if err := m.recordNew(ctx, rec, spec); err != nil {
 		return Info{}, err
