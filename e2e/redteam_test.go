@@ -186,6 +186,7 @@ func TestRedTeam(t *testing.T) {
 	t.Run("network", func(t *testing.T) { rt.networkGroup(t) })
 	t.Run("resources", func(t *testing.T) { rt.resourcesGroup(t) })
 	t.Run("credentials", func(t *testing.T) { rt.credentialsGroup(t) })
+	t.Run("code", func(t *testing.T) { rt.codeGroup(t) })
 }
 
 // rtDaemon starts a spaced for the red team: no warm pool, a canary in its environment (what

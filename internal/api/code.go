@@ -153,8 +153,8 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 		return nil
 	})
 	if err != nil && r.Context().Err() == nil && !errors.Is(err, errStreamClosed) {
-		status, msg := statusOf(err)
-		st.send("end", map[string]any{"error": map[string]any{"code": status, "message": msg}})
+		status, code := statusOf(err)
+		st.send("end", map[string]any{"error": errorDetail{Code: code, Message: messageOf(err, status)}})
 	}
 }
 
