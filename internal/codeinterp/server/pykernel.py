@@ -1,0 +1,301 @@
+"""The python kernel: ipykernel, started by jupyter_client's AsyncKernelManager
+and spoken to with its AsyncKernelClient.
+
+One reader task per channel (shell, iopub) routes each message by its parent's
+msg_id to the handler of the request that caused it; nothing polls. Every
+execute_request goes with stop_on_error=False: executions are serialised by
+the server, so ipykernel's aborting of queued requests after an error or an
+interrupt (which would drop the next cell) is never wanted.
+
+The kernel runs with a profile dir the server owns (IPYTHONDIR): its config
+turns colours off and its startup file registers the JSON formatter and the
+env helper (ipython/ in the install dir; see prepare_ipython_dir).
+"""
+
+import asyncio
+import json
+import logging
+import os
+import threading
+
+import zmq.asyncio
+from jupyter_client import AsyncKernelManager
+from jupyter_client.kernelspec import KernelSpecManager
+
+import wire
+from kernel import Kernel, KernelStartError, describe_exit
+
+log = logging.getLogger("space-code-interpreter")
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def prepare_ipython_dir(cfg):
+    """Writes the kernel spec and the IPython profile into the server's state dir.
+    (The spec is not named python3: jupyter_client would import ipykernel, and
+    with it debugpy, into the server to look that one up.)"""
+    spec_dir = os.path.join(cfg.work_dir, "kernels", "space-python")
+    os.makedirs(spec_dir, exist_ok=True)
+    spec = {
+        "argv": [cfg.python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "Python 3 (space)",
+        "language": "python",
+        "interrupt_mode": "signal",
+    }
+    _write(os.path.join(spec_dir, "kernel.json"), json.dumps(spec, indent=1).encode())
+    profile = os.path.join(cfg.ipython_dir, "profile_default")
+    os.makedirs(os.path.join(profile, "startup"), exist_ok=True)
+    src = os.path.join(HERE, "ipython")
+    _write(os.path.join(profile, "ipython_kernel_config.py"), _read(os.path.join(src, "ipython_kernel_config.py")))
+    startup = os.path.join(profile, "startup")
+    for name in os.listdir(startup):  # ours only: a stale one from an older server goes
+        if name.startswith("00-space"):
+            os.unlink(os.path.join(startup, name))
+    _write(os.path.join(startup, "00-space.py"), _read(os.path.join(src, "startup", "00-space.py")))
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _write(path, data):
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+class _Handler:
+    """Waits for one request's reply (shell) and its idle status (iopub)."""
+
+    __slots__ = ("idle", "reply", "on_done")
+
+    def __init__(self, on_done):
+        self.idle = False
+        self.reply = None
+        self.on_done = on_done
+
+    def on_iopub(self, msg):
+        if msg["msg_type"] == "status" and msg["content"].get("execution_state") == "idle":
+            self.idle = True
+            self._check()
+
+    def on_reply(self, msg):
+        self.reply = msg
+        self._check()
+
+    def _check(self):
+        if self.idle and self.reply is not None and self.on_done is not None:
+            done, self.on_done = self.on_done, None
+            done(self)
+
+
+class _CellHandler(_Handler):
+    """The cell itself: its iopub output becomes NDJSON lines."""
+
+    __slots__ = ("cell",)
+
+    def __init__(self, cell, on_done):
+        super().__init__(on_done)
+        self.cell = cell
+
+    def on_iopub(self, msg):
+        t = msg["msg_type"]
+        c = msg["content"]
+        cell = self.cell
+        if t == "stream":
+            cell.emit(wire.stream("stderr" if c.get("name") == "stderr" else "stdout", c.get("text", "")))
+        elif t == "execute_result":
+            cell.emit(wire.result(c.get("data", {}), True))
+        elif t == "display_data" or t == "update_display_data":
+            cell.emit(wire.result(c.get("data", {}), False))
+        elif t == "error":
+            if not (cell.interrupted and c.get("ename") == "KeyboardInterrupt"):
+                cell.emit(wire.error(c.get("ename", "Error"), c.get("evalue", ""), c.get("traceback", [])))
+        elif t == "status":
+            if c.get("execution_state") == "idle":
+                self.idle = True
+                self._check()
+        elif t == "execute_input":
+            cell.count = c.get("execution_count")
+
+
+class _Probe:
+    """kernel_info at start: resolves one future on its reply, one on any iopub message."""
+
+    __slots__ = ("replied", "seen")
+
+    def __init__(self, replied, seen):
+        self.replied = replied
+        self.seen = seen
+
+    def on_reply(self, msg):
+        if not self.replied.done():
+            self.replied.set_result(None)
+
+    def on_iopub(self, msg):
+        if not self.seen.done():
+            self.seen.set_result(None)
+
+
+def _cell_done(handler):
+    cell = handler.cell
+    content = handler.reply["content"]
+    if content.get("execution_count") is not None:
+        cell.count = content["execution_count"]
+    if content.get("status") == "aborted" and not cell.interrupted:
+        cell.emit(wire.error("ExecutionAborted", "the kernel aborted the cell (it was still handling an earlier interrupt or error)"))
+
+
+def _env_done(handler):
+    content = handler.reply["content"]
+    if content.get("status") != "ok":
+        log.warning("python kernel: setting or restoring env vars failed: %s", content.get("ename", content.get("status")))
+
+
+_zmq = None
+
+
+def _zmq_context():
+    """One zmq context (one I/O thread) for every kernel client of the server."""
+    global _zmq
+    if _zmq is None:
+        _zmq = zmq.asyncio.Context()
+    return _zmq
+
+
+class PythonKernel(Kernel):
+    language = "python"
+
+    def __init__(self, cfg, cwd):
+        super().__init__(cfg, cwd)
+        self.km = None
+        self.kc = None
+        self._handlers = {}
+        self._tasks = []
+        self._pgid = None
+
+    def pgid(self):
+        return self._pgid
+
+    async def _start(self):
+        cfg = self.cfg
+        env = dict(os.environ)
+        env.update(cfg.kernel_env)
+        env["IPYTHONDIR"] = cfg.ipython_dir
+        env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
+        env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
+        ksm = KernelSpecManager(kernel_dirs=[os.path.join(cfg.work_dir, "kernels")], ensure_native_kernel=False)
+        self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm)
+        await self.km.start_kernel(cwd=self.cwd, env=env)
+        proc = self.km.provisioner.process
+        self._pgid = self.km.provisioner.pgid or proc.pid
+        # The one blocking wait: a thread per kernel in waitpid, not a poll.
+        threading.Thread(target=self._wait_process, args=(proc,), name="kernel-wait", daemon=True).start()
+        self.kc = self.km.client(context=_zmq_context())
+        self.kc.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
+        self._tasks = [
+            asyncio.ensure_future(self._read(self.kc.shell_channel, self._route_reply)),
+            asyncio.ensure_future(self._read(self.kc.iopub_channel, self._route_iopub)),
+        ]
+        await self._handshake()
+
+    def _wait_process(self, proc):
+        status = proc.wait()
+        try:
+            self.loop.call_soon_threadsafe(self._set_exited, describe_exit(status))
+        except RuntimeError:  # the loop is closed: the server is exiting
+            pass
+
+    async def _handshake(self):
+        """Ready means: a kernel_info reply arrived AND iopub delivers (a SUB socket
+        that is not subscribed yet would lose the first cell's output)."""
+        loop = self.loop
+        while True:
+            replied = loop.create_future()
+            seen_iopub = loop.create_future()
+            msg_id = self.kc.kernel_info()
+            self._handlers[msg_id] = _Probe(replied, seen_iopub)
+            try:
+                await asyncio.wait([replied, self.exited], return_when=asyncio.FIRST_COMPLETED)
+                if self.dead():
+                    raise KernelStartError("the python kernel died while starting: %s" % self.exited.result())
+                try:
+                    await asyncio.wait_for(seen_iopub, 0.5)
+                    return
+                except asyncio.TimeoutError:
+                    pass  # iopub was not connected yet: ask again
+            finally:
+                self._handlers.pop(msg_id, None)
+
+    async def _read(self, channel, route):
+        try:
+            while True:
+                msg = await channel.get_msg()
+                try:
+                    route(msg)
+                except Exception:
+                    log.exception("python kernel: handling a %s message failed", msg.get("msg_type"))
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # the socket was closed under us at shutdown
+            if not self.dead() and self.stop_reason is None:
+                log.warning("python kernel: channel reader stopped: %s", e)
+
+    def _route_reply(self, msg):
+        h = self._handlers.get(msg["parent_header"].get("msg_id"))
+        if h is not None:
+            h.on_reply(msg)
+
+    def _route_iopub(self, msg):
+        h = self._handlers.get(msg["parent_header"].get("msg_id"))
+        if h is not None:
+            h.on_iopub(msg)
+
+    def submit(self, cell):
+        kc = self.kc
+        pending = [0]
+
+        def track(handler, msg_id, after):
+            pending[0] += 1
+
+            def done(h):
+                self._handlers.pop(msg_id, None)
+                after(h)
+                pending[0] -= 1
+                if pending[0] == 0:
+                    cell.finish()
+
+            handler.on_done = done
+            self._handlers[msg_id] = handler
+
+        # All three requests are queued at once; the kernel runs them in order.
+        if cell.env or cell.global_env:
+            code = "__import__('_space_env').push(%r, %r)" % (cell.env, cell.global_env)
+            track(_Handler(None), kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False), _env_done)
+        msg_id = kc.execute(cell.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
+        track(_CellHandler(cell, None), msg_id, _cell_done)
+        if cell.env:
+            track(_Handler(None), kc.execute("__import__('_space_env').pop()", silent=True, store_history=False, allow_stdin=False, stop_on_error=False), _env_done)
+
+    async def interrupt(self, cell):
+        try:
+            await self.km.interrupt_kernel()
+        except Exception as e:
+            log.warning("python kernel: interrupt failed: %s", e)
+
+    async def _cleanup(self):
+        for t in self._tasks:
+            t.cancel()
+        self._tasks = []
+        if self.kc is not None:
+            try:
+                self.kc.stop_channels()
+            except Exception:
+                pass
+        if self.km is not None and self.km.has_kernel:
+            try:
+                await self.km.cleanup_resources()
+            except Exception as e:
+                log.debug("python kernel cleanup: %s", e)
