@@ -55,12 +55,15 @@ func TestE2BCodeInterpreter(t *testing.T) {
 		t.Fatalf("the E2B code-interpreter SDK is not installed: run `npm ci` in e2e/e2b (.ci/run does): %v", err)
 	}
 	d := startSpaced(t, "SPACE_WARM_POOL=0", "SPACE_WARM_POOL_TEMPLATES=code-interpreter=1")
+	t0 := time.Now()
 	waitWarm(t, d, 1)
+	t.Logf("the warm pool filled in %s", time.Since(t0).Round(time.Millisecond))
 	cmd := exec.Command("node", "codeinterp.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "E2B_API_KEY="+d.Opts.Key, "E2B_API_URL="+d.URL, "E2B_SANDBOX_URL="+d.URL)
+	t1 := time.Now()
 	out, err := cmd.CombinedOutput()
-	t.Logf("@e2b/code-interpreter:\n%s", out)
+	t.Logf("@e2b/code-interpreter (%s):\n%s", time.Since(t1).Round(time.Millisecond), out)
 	if err != nil || strings.Contains(string(out), "FAIL") {
 		t.Fatalf("the E2B code-interpreter SDK failed against spaced: %v", err)
 	}

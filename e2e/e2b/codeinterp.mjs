@@ -162,3 +162,6 @@ try {
 } finally {
   if (sbx) await sbx.kill().catch(() => {})
 }
+// The SDK leaves each runCode's timeoutMs timer running after the call returns; do not wait
+// out the last one.
+process.exit(process.exitCode ?? 0)
