@@ -146,7 +146,7 @@ func (rt *redTeam) codeGroup(t *testing.T) {
 			ev = "no answer: " + body
 		case took > 60*time.Second:
 			ev = fmt.Sprintf("answered after %s", took.Round(time.Second))
-		case peak-base > 256<<10:
+		case peak-base > 128<<10:
 			ev = fmt.Sprintf("spaced's peak memory grew by %d MiB", (peak-base)>>10)
 		}
 		rt.judge(t, "code", "hostile-server/"+mode, ev, healthy(c, id),

@@ -18,8 +18,9 @@ import (
 const (
 	defaultCodeTimeout = 300 * time.Second
 	maxCodeTimeout     = 24 * time.Hour
-	// maxCodeOutput bounds what a JSON answer collects (a stream has no bound).
-	maxCodeOutput = 64 << 20
+	// maxCodeOutput bounds what a JSON answer collects (a stream has no bound): spaced holds it
+	// all, about three times over while it grows.
+	maxCodeOutput = 16 << 20
 )
 
 type codeRequest struct {

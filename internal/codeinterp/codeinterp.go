@@ -21,7 +21,7 @@ import (
 const MaxCode = 1 << 20
 
 // maxLine bounds one line of the server's answer (an image result is one line).
-const maxLine = 64 << 20
+const maxLine = 32 << 20
 
 // Request is one cell to run.
 type Request struct {
@@ -128,7 +128,7 @@ func (c *Client) Execute(ctx context.Context, req Request, emit func(Event) erro
 		}
 		ev, ok, err := parseLine(line)
 		if err != nil {
-			return fmt.Errorf("code interpreter: %w", err)
+			return errdefs.New(errdefs.ErrUpstream, "code interpreter: "+err.Error())
 		}
 		if !ok {
 			continue

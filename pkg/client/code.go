@@ -197,7 +197,7 @@ type CodeEvent struct {
 }
 
 // RunCode runs a cell in the code interpreter of sandbox id and returns what it produced once it
-// has finished (the server collects at most 64 MiB of output; RunCodeStream has no such limit).
+// has finished (the server collects at most 16 MiB of output; RunCodeStream has no such limit).
 func (c *Client) RunCode(ctx context.Context, id string, req RunCodeRequest) (*CodeExecution, error) {
 	var res CodeExecution
 	if err := c.do(ctx, request{method: http.MethodPost, path: sandboxPath(id, "/code"), json: req}, &res); err != nil {
