@@ -171,6 +171,45 @@ func TestCodeInterpreter(t *testing.T) {
 		}
 	})
 
+	t.Run("limits", func(t *testing.T) {
+		// Contexts are capped per sandbox (bash ones are cheap enough to reach the cap).
+		var made []string
+		var last error
+		for range 40 {
+			cc, err := c.CreateCodeContext(ctx, id, "bash", "")
+			if err != nil {
+				last = err
+				break
+			}
+			made = append(made, cc.ID)
+		}
+		list, err := c.ListCodeContexts(ctx, id)
+		if !isStatus(last, 429) || err != nil || len(list) > 32 {
+			t.Errorf("after %d more contexts: %v; %d listed (%v)", len(made), last, len(list), err)
+		}
+		for _, cc := range made {
+			if err := c.DeleteCodeContext(ctx, id, cc); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A JSON answer holds at most 16 MiB of output; a stream has no such bound.
+		_, err = c.RunCode(ctx, id, client.RunCodeRequest{Code: "print('x' * (20 << 20))"})
+		if !isStatus(err, 413) {
+			t.Errorf("20 MiB of output in one JSON answer: %v", err)
+		}
+		n := 0
+		ex, err := c.RunCodeStream(ctx, id, client.RunCodeRequest{Code: "print('x' * (20 << 20))"}, func(ev client.CodeEvent) error {
+			n += len(ev.Text)
+			return nil
+		})
+		if err != nil || n < 20<<20 || ex.Error != nil {
+			t.Errorf("20 MiB streamed: %d bytes, %v", n, err)
+		}
+		if got := runOK(id, "x").Text(); got != "21" {
+			t.Fatalf("after the limits x = %q", got)
+		}
+	})
+
 	t.Run("cli", func(t *testing.T) {
 		out := t.TempDir()
 		space := func(args ...string) (string, string, int) {

@@ -24,7 +24,7 @@ import (
 
 func main() {
 	n := flag.Int("n", 20, "iterations per measurement")
-	only := flag.String("only", "", `run one section: "egress" or "e2b"`)
+	only := flag.String("only", "", `run one section: "egress", "e2b" or "code"`)
 	flag.Parse()
 	bin := os.Getenv("SPACE_BIN")
 	if bin == "" {
@@ -44,13 +44,18 @@ func main() {
 			}
 			d.stop()
 		}
+	case "code":
+		var f codeFigures
+		if f, err = codeBench(context.Background(), bin, *n, os.Stdout); err == nil {
+			printCode(os.Stdout, f)
+		}
 	case "egress":
 		var f egressFigures
 		if f, err = egressBench(context.Background(), bin, *n, os.Stdout); err == nil {
 			printEgress(os.Stdout, f, *n)
 		}
 	default:
-		err = fmt.Errorf("-only %q: want egress or e2b", *only)
+		err = fmt.Errorf("-only %q: want egress, e2b or code", *only)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "space-bench: %v\n", err)
@@ -183,6 +188,11 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 		return fmt.Errorf("egress: %w", err)
 	}
 
+	code, err := codeBench(ctx, bin, n, out)
+	if err != nil {
+		return fmt.Errorf("code: %w", err)
+	}
+
 	fmt.Fprintln(out, "measuring spaced: 10 concurrent creates …")
 	conc, ok, err := concurrentCreates(ctx, c, 10)
 	if err != nil {
@@ -225,6 +235,7 @@ func run(ctx context.Context, bin string, n int, out io.Writer) error {
 	fmt.Fprintf(out, "second full snapshot stores %.1f%% of the first (target ≤ 10%%)\n",
 		100*float64(medianInt(snaps.fullStored2))/float64(medianInt(snaps.fullStored1)))
 	printEgress(out, eg, n)
+	printCode(out, code)
 	fmt.Fprintf(out, "\nraw floor: %s; spaced: %s, minimal template, default resources\n", raw.describe(), "JSON/SSE over loopback HTTP")
 	if ok != 10 {
 		return fmt.Errorf("only %d of 10 concurrent creates succeeded", ok)
@@ -244,7 +255,8 @@ func startDaemon(ctx context.Context, bin string, out io.Writer, env ...string) 
 	if tdir == "" {
 		tdir = "/var/cache/space-test/templates"
 	}
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + tdir}, env...)
+	// No code-interpreter pool unless a section asks for one (it would count in waitWarm).
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + tdir, "SPACE_WARM_POOL_TEMPLATES="}, env...)
 	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin, Env: env})
 	if err != nil {
 		return nil, err
@@ -255,6 +267,16 @@ func startDaemon(ctx context.Context, bin string, out io.Writer, env ...string) 
 // stop stops spaced, reports anything it left on the host and removes its home.
 func (d *daemon) stop() {
 	home := d.Opts.Home
+	// A section that failed half-way leaves its sandboxes (they outlive spaced by design).
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	if list, err := d.Client.ListSandboxes(ctx, client.ListSandboxesOptions{}); err == nil {
+		for _, sb := range list {
+			if err := d.Client.DeleteSandbox(ctx, sb.ID); err != nil {
+				fmt.Fprintf(d.out, "WARNING: delete %s: %v\n", sb.ID, err)
+			}
+		}
+	}
+	cancel()
 	if err := d.Stop(); err != nil {
 		fmt.Fprintf(d.out, "WARNING: stop spaced: %v\n", err)
 	}
