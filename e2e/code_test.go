@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	codeserver "github.com/space-sandbox/space/internal/codeinterp/server"
 	"github.com/space-sandbox/space/pkg/client"
 )
 
@@ -324,4 +326,28 @@ func hasContext(list []client.CodeContext, id string) bool {
 func isStatus(err error, status int) bool {
 	var ce *client.Error
 	return errors.As(err, &ce) && ce.Status == status
+}
+
+// TestCodeServerSuite runs the code-interpreter server's own test suite (test_server.py,
+// embedded beside it) inside a real code-interpreter sandbox, against the installed server,
+// as the sandbox's user: Debian's kernels under gVisor, not the host's.
+func TestCodeServerSuite(t *testing.T) {
+	d := startSpaced(t)
+	c := d.Client
+	ctx := ctxT(t)
+	id := create(t, c, client.CreateSandboxRequest{Template: "code-interpreter", Resources: &client.Resources{MemoryMiB: 2048}}).ID
+	if _, err := c.Upload(ctx, id, "/home/user/test_server.py", bytes.NewReader(codeserver.TestSuite()), nil); err != nil {
+		t.Fatal(err)
+	}
+	long, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
+	defer cancel()
+	res, err := c.Exec(long, id, client.ExecRequest{Cmd: []string{"python3", "-m", "unittest", "-v", "test_server"}, User: "user",
+		Env: map[string]string{"SPACE_CODE_SERVER": codeserver.Dir + "/server.py", "SPACE_CODE_BENCH_N": "20"}, TimeoutSeconds: 900})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("test_server.py in the sandbox (exit %d):\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
+	if res.ExitCode != 0 || !strings.Contains(res.Stderr, "\nOK") {
+		t.Fatalf("the server's suite failed in the sandbox (exit %d)", res.ExitCode)
+	}
 }
