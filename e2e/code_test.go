@@ -342,7 +342,7 @@ func TestCodeServerSuite(t *testing.T) {
 	long, cancel := context.WithTimeout(context.Background(), 16*time.Minute)
 	defer cancel()
 	res, err := c.Exec(long, id, client.ExecRequest{Cmd: []string{"python3", "-m", "unittest", "-v", "test_server"}, User: "user",
-		Env: map[string]string{"SPACE_CODE_SERVER": codeserver.Dir + "/server.py", "SPACE_CODE_BENCH_N": "20"}, TimeoutSeconds: 900})
+		Env: map[string]string{"SPACE_CODE_SERVER": codeserver.InstallDir + "/server.py", "SPACE_CODE_BENCH_N": "20"}, TimeoutSeconds: 900})
 	if err != nil {
 		t.Fatal(err)
 	}

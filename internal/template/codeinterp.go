@@ -55,7 +55,7 @@ func codeInterpreterRecipeFrom(files []server.File) recipe {
 	}
 }
 
-// writeServerLayer writes the server's files under server.Dir in layer, a directory of this
+// writeServerLayer writes the server's files under server.InstallDir in layer, a directory of this
 // build (through confine all the same).
 func writeServerLayer(layer string, files []server.File) error {
 	root, err := confine.Open(layer)
@@ -77,14 +77,14 @@ func writeServerLayer(layer string, files []server.File) error {
 		}
 		return nil
 	}
-	base := strings.TrimPrefix(server.Dir, "/")
+	base := strings.TrimPrefix(server.InstallDir, "/")
 	if err := mkdirs(base); err != nil {
 		return err
 	}
 	for _, f := range files {
 		p := path.Join(base, f.Path)
 		if !strings.HasPrefix(p, base+"/") {
-			return fmt.Errorf("code-interpreter file %q is outside %s", f.Path, server.Dir)
+			return fmt.Errorf("code-interpreter file %q is outside %s", f.Path, server.InstallDir)
 		}
 		if err := mkdirs(path.Dir(p)); err != nil {
 			return err

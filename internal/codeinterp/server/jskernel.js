@@ -126,8 +126,12 @@ function finish(cell, outcome) {
   } else if (outcome.value !== undefined) {
     result = { text: inspect(outcome.value) };
   }
-  mark(cell.nonce);
-  send({ op: 'done', nonce: cell.nonce, result, error, interrupted });
+  // After the evaluation has unwound (and SIGINT is listened to again): the
+  // server may interrupt as soon as it reads this.
+  process.nextTick(() => {
+    mark(cell.nonce);
+    send({ op: 'done', nonce: cell.nonce, result, error, interrupted });
+  });
 }
 
 // The REPL evaluator reports a cell's error through its domain (or, with no
@@ -141,21 +145,31 @@ errors.on('error', (err) => {
 process.on('uncaughtException', (err) => stray('Uncaught ', err));
 process.on('unhandledRejection', (reason) => stray('Unhandled promise rejection: ', reason));
 
-process.on('SIGINT', () => {
-  // Sync code is stopped by breakEvalOnSigint before this runs; here a cell is
-  // waiting on a promise, or nothing runs.
+// SIGINT while a cell waits on a promise (or while nothing runs). This
+// listener is removed while a cell's synchronous part runs: there the REPL's
+// breakEvalOnSigint watchdog must get the signal (a JS listener would make
+// node swap its handlers out from under the watchdog), and when the watchdog
+// stops it resets SIGINT to node's exit handler, so the listener is added
+// afresh after every evaluation to get libuv's handler installed again.
+function onSigint() {
   if (current && !current.settled) {
     const err = new Error('Script execution was interrupted by `SIGINT`');
     err.name = 'KeyboardInterrupt';
     finish(current, { error: err, interrupted: true });
   }
-});
+}
+
+function listenSigint() {
+  process.removeListener('SIGINT', onSigint);
+  process.on('SIGINT', onSigint);
+}
 
 function exec(msg) {
   if (current && !current.settled) finish(current, { error: new Error('superseded by the next cell'), interrupted: true });
   setEnv(msg.global_env);
   const cell = { nonce: msg.nonce, saved: setEnv(msg.env), settled: false };
   current = cell;
+  process.removeListener('SIGINT', onSigint);
   try {
     server.eval(msg.code, server.context, 'cell', (err, value) => {
       if (err) finish(cell, { error: err });
@@ -163,6 +177,8 @@ function exec(msg) {
     });
   } catch (e) {
     finish(cell, { error: e });
+  } finally {
+    listenSigint();
   }
 }
 
@@ -186,6 +202,7 @@ chan.on('data', (chunk) => {
     else if (msg.op === 'init') mark(msg.nonce);
   }
 });
+listenSigint();
 chan.on('end', () => process.exit(0));
 chan.on('error', () => process.exit(0));
 
