@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/space-sandbox/space/internal/auth"
 	"github.com/space-sandbox/space/internal/codeinterp"
@@ -21,6 +22,8 @@ const (
 	// maxCodeOutput bounds what a JSON answer collects (a stream has no bound): spaced holds it
 	// all, about three times over while it grows.
 	maxCodeOutput = 16 << 20
+	// maxEventText bounds the text of one stdout or stderr event of a stream.
+	maxEventText = 1 << 20
 )
 
 type codeRequest struct {
@@ -141,7 +144,14 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 	err = ci.Execute(ctx, run, func(ev codeinterp.Event) error {
 		switch ev.Kind {
 		case "stdout", "stderr":
-			return st.send(ev.Kind, map[string]string{"text": ev.Text})
+			// A cell's one huge print arrives as one piece; it goes on in pieces a client's
+			// event buffer takes.
+			for _, part := range splitText(ev.Text, maxEventText) {
+				if err := st.send(ev.Kind, map[string]string{"text": part}); err != nil {
+					return err
+				}
+			}
+			return nil
 		case "result":
 			return st.send("result", ev.Result)
 		case "error":
@@ -239,4 +249,21 @@ func withLife(ctx, life context.Context) (context.Context, context.CancelFunc) {
 	cctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
 	return cctx, func() { stop(); cancel(context.Canceled) }
+}
+
+// splitText cuts s into pieces of at most n bytes, never inside a UTF-8 sequence.
+func splitText(s string, n int) []string {
+	var out []string
+	for len(s) > n {
+		cut := n
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		if cut == 0 {
+			cut = n
+		}
+		out = append(out, s[:cut])
+		s = s[cut:]
+	}
+	return append(out, s)
 }

@@ -96,7 +96,7 @@ func Load(args []string, getenv func(string) string) (Config, error) {
 	fs.DurationVar(&c.MaxTTL, "max-timeout", 24*time.Hour, "largest sandbox timeout")
 	fs.IntVar(&c.MaxSandboxes, "max-sandboxes", atoiDefault(env("SPACE_MAX_SANDBOXES", ""), 100), "live sandboxes per tenant (SPACE_MAX_SANDBOXES)")
 	fs.IntVar(&c.WarmPool, "warm-pool", atoiDefault(env("SPACE_WARM_POOL", ""), 2), "default-shape sandboxes kept started ahead of demand; 0 disables (SPACE_WARM_POOL)")
-	warmTemplates := fs.String("warm-pool-templates", env("SPACE_WARM_POOL_TEMPLATES", "code-interpreter=1"), "warm pools of other templates, name=count,... (SPACE_WARM_POOL_TEMPLATES); empty: none")
+	warmTemplates := fs.String("warm-pool-templates", env("SPACE_WARM_POOL_TEMPLATES", "code-interpreter=1"), "warm pools of other templates, name=count,... or none (SPACE_WARM_POOL_TEMPLATES)")
 	fs.Int64Var(&c.ExecSpoolMiB, "exec-spool-mib", int64(atoiDefault(env("SPACE_EXEC_SPOOL_MIB", ""), 1024)), "MiB of disk under $SPACE_HOME/spool that the output of commands answered as one JSON object may hold at once (SPACE_EXEC_SPOOL_MIB)")
 	fs.StringVar(&c.LogLevel, "log-level", env("SPACE_LOG_LEVEL", "info"), "debug|info|warn|error (SPACE_LOG_LEVEL)")
 	fs.BoolVar(&c.Debug, "debug", env("SPACE_DEBUG", "") == "1", "runsc debug logs (SPACE_DEBUG=1)")
@@ -198,10 +198,13 @@ func atoiDefault(s string, def int) int {
 	return n
 }
 
-// parseWarmTemplates parses "name=count,...": template names as templates have them, counts
-// 0..64.
+// parseWarmTemplates parses "name=count,..." (template names as templates have them, counts
+// 0..64) or "none".
 func parseWarmTemplates(s string) (map[string]int, error) {
 	out := map[string]int{}
+	if strings.TrimSpace(s) == "none" {
+		return out, nil
+	}
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {

@@ -49,6 +49,23 @@ func TestLoad(t *testing.T) {
 		{name: "bad instance", env: map[string]string{"SPACE_INSTANCE": "XYZ"}, wantErr: "instance"},
 		{name: "bad cidr", env: map[string]string{"SPACE_SLOT_CIDR": "10.0.0.0/30"}, wantErr: "slot cidr"},
 		{name: "extra args", args: []string{"x"}, wantErr: "unexpected"},
+		{name: "warm pool templates default", check: func(t *testing.T, c Config) {
+			if len(c.WarmTemplates) != 1 || c.WarmTemplates["code-interpreter"] != 1 {
+				t.Errorf("warm templates %v", c.WarmTemplates)
+			}
+		}},
+		{name: "warm pool templates", env: map[string]string{"SPACE_WARM_POOL_TEMPLATES": " code-interpreter=3, mine=0 "}, check: func(t *testing.T, c Config) {
+			if len(c.WarmTemplates) != 2 || c.WarmTemplates["code-interpreter"] != 3 || c.WarmTemplates["mine"] != 0 {
+				t.Errorf("warm templates %v", c.WarmTemplates)
+			}
+		}},
+		{name: "warm pool templates none", env: map[string]string{"SPACE_WARM_POOL_TEMPLATES": "none"}, check: func(t *testing.T, c Config) {
+			if len(c.WarmTemplates) != 0 {
+				t.Errorf("warm templates %v", c.WarmTemplates)
+			}
+		}},
+		{name: "bad warm pool templates", env: map[string]string{"SPACE_WARM_POOL_TEMPLATES": "code-interpreter=65"}, wantErr: "warm pool templates"},
+		{name: "bad warm pool template name", env: map[string]string{"SPACE_WARM_POOL_TEMPLATES": "../x=1"}, wantErr: "warm pool templates"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -18,9 +18,9 @@ type sseEvent struct {
 
 // maxSSELine bounds one line (and one event's data) so that a broken server cannot make the
 // client buffer without limit.
-const maxSSELine = 16 << 20
+const maxSSELine = 64 << 20
 
-var errSSETooLong = errors.New("sse: event larger than 16 MiB")
+var errSSETooLong = errors.New("sse: event larger than 64 MiB")
 
 // sseReader parses a text/event-stream as the HTML standard describes it: lines end with CRLF,
 // LF or a lone CR; a blank line dispatches the event; lines starting with ':' are comments;
