@@ -98,6 +98,10 @@ class Kernel:
     async def _start_guarded(self):
         try:
             await asyncio.wait_for(self._start(), self.cfg.start_timeout)
+        except asyncio.CancelledError:
+            # stop() while starting: a waiter sees a start error, not a cancellation.
+            self.kill()
+            raise KernelStartError("the %s kernel was stopped while it started" % self.language) from None
         except asyncio.TimeoutError:
             self.kill()
             raise KernelStartError("the %s kernel did not start within %g s" % (self.language, self.cfg.start_timeout))
@@ -129,6 +133,12 @@ class Kernel:
             self.stop_reason = reason
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
+            try:
+                await self._start_task
+            except (KernelStartError, asyncio.CancelledError):
+                pass
+        if not self.has_process():
+            self._set_exited("the kernel was never started")
         if graceful and not self.dead():
             self.signal(signal.SIGTERM)
             try:
@@ -153,6 +163,10 @@ class Kernel:
 
     def pgid(self):
         """The kernel's process group (it leads its own session), or None."""
+        raise NotImplementedError
+
+    def has_process(self):
+        """Whether a process was started (and so `exited` will resolve)."""
         raise NotImplementedError
 
     async def interrupt(self, cell):

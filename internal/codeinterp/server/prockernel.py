@@ -104,6 +104,9 @@ class ProcessKernel(Kernel):
     def pgid(self):
         return self.proc.pid if self.proc is not None else None
 
+    def has_process(self):
+        return self.proc is not None
+
     async def _spawn(self, argv, stdin, env, pass_fds=()):
         try:
             self.proc = await asyncio.create_subprocess_exec(

@@ -159,7 +159,7 @@ class Health(Base):
 
 class Contexts(Base):
     def get(self):
-        self.json([c.describe() for c in self.registry.contexts.values()])
+        self.json(self.registry.listing())
 
     async def post(self):
         await self.guarded(self.handle_create)
@@ -343,6 +343,7 @@ async def serve(cfg):
     log.info("shutting down")
     server.stop()
     await registry.shutdown()
+    await asyncio.sleep(0.05)  # cells that were running flush their closing lines
     log.info("stopped")
 
 

@@ -214,7 +214,7 @@ class Server:
             raise AssertionError("%s %s: %d %r" % (method, path, status, data[:500]))
         return json.loads(data) if expect == 200 else data.decode()
 
-    def execute(self, body, headers=None, timeout=120, conn=None):
+    def execute(self, body, headers=None, timeout=120, conn=None, deadline=90):
         """POSTs /execute and reads the stream line by line, checking each line."""
         own = conn is None
         if own:
@@ -237,6 +237,8 @@ class Server:
                 check_line(raw)
                 lines.append(json.loads(raw))
                 times.append(time.monotonic() - t0)
+                if times[-1] > deadline:  # keepalives would keep a stuck cell's stream going forever
+                    raise AssertionError("no end of execution after %d s; last lines %r\n%s" % (deadline, lines[-5:], self.log_tail()))
             ex = Execution(200, lines, times, t_headers, time.monotonic() - t0)
             if not lines or lines[-1]["type"] != "end_of_execution":
                 raise AssertionError("the stream did not end with end_of_execution: %r" % lines[-3:])
