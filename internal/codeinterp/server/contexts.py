@@ -93,8 +93,8 @@ class Context:
                         self.notice = "the kernel was killed: a cell did not stop after an interrupt"
                     else:
                         self.notice = k.exited.result()
-                if k is not None and not k.dead():
-                    await k.stop("restart")
+                if k is not None:
+                    await k.stop("restart")  # a dead one too: its sockets, tasks and files go
                 k = self.new_kernel()
             try:
                 await k.ready()

@@ -265,7 +265,7 @@ class BashKernel(ProcessKernel):
         self._interrupted = False
 
     async def _start(self):
-        self._dir = tempfile.mkdtemp(prefix="space-bash-")
+        self._dir = tempfile.mkdtemp(prefix="bash-", dir=self.cfg.runtime_dir)
         env = dict(os.environ)
         env.update(self.cfg.kernel_env)
         await self._spawn([self.cfg.bash, "--noprofile", "--norc", "--noediting", "-i"], asyncio.subprocess.PIPE, env)

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 
@@ -287,6 +288,7 @@ class Config:
         self.keepalive = args.keepalive
         self.work_dir = os.path.dirname(self.state)
         self.ipython_dir = os.path.join(self.work_dir, "ipython")
+        self.runtime_dir = os.path.join(self.work_dir, "runtime")
         self.kernel_env = {}
 
 
@@ -311,9 +313,11 @@ async def serve(cfg):
     from pykernel import prepare_ipython_dir
 
     os.makedirs(cfg.work_dir, mode=0o700, exist_ok=True)
-    runtime = os.path.join(cfg.work_dir, "runtime")
-    os.makedirs(runtime, mode=0o700, exist_ok=True)
-    os.environ["JUPYTER_RUNTIME_DIR"] = runtime  # kernel connection files (they hold HMAC keys)
+    # Kernel connection files (they hold HMAC keys) and bash cell files. Whatever an
+    # earlier server left there (it was killed) belongs to no kernel any more.
+    shutil.rmtree(cfg.runtime_dir, ignore_errors=True)
+    os.makedirs(cfg.runtime_dir, mode=0o700, exist_ok=True)
+    os.environ["JUPYTER_RUNTIME_DIR"] = cfg.runtime_dir
     prepare_ipython_dir(cfg)
 
     registry = Registry(cfg, tornado.httpclient.AsyncHTTPClient())

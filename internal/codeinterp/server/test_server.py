@@ -719,6 +719,10 @@ class BashTest(unittest.TestCase):
         self.assertEqual(ex.stdout, "back\n")
         self.assertEqual(ex.stderr, NOTICE)
         self.assertEqual(len(ex.of("kernel_restarted")), 1)
+        runtime = os.path.join(os.path.dirname(SRV.state), "runtime")
+        cells = [n for n in os.listdir(runtime) if n.startswith("bash-")]
+        live = len([c for c in SRV.json("GET", "/contexts") if c["language"] == "bash"])
+        self.assertLessEqual(len(cells), live, "the dead bash kernel's cell dir was left behind")
 
     def test_background_output_shows_later(self):
         ctx = new_context("bash")
@@ -935,6 +939,8 @@ class LifecycleTest(unittest.TestCase):
         self.assertLess(time.monotonic() - t0, 5, "SIGTERM took too long")
         for pid in pids:
             self.assertTrue(proc_gone(pid), "kernel %d outlived the server" % pid)
+        runtime = os.path.join(os.path.dirname(state), "runtime")
+        self.assertEqual(os.listdir(runtime), [], "connection or cell files left behind")
 
         b = self.server(state=state).start()
         after = b.json("GET", "/contexts")
