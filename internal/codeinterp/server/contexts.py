@@ -97,7 +97,8 @@ class Context:
                     await k.stop("restart")  # a dead one too: its sockets, tasks and files go
                 k = self.new_kernel()
             try:
-                await k.ready()
+                if not k.started():
+                    await k.ready()
                 break
             except KernelStartError as e:
                 if self.kernel is not k and not self.deleted:
@@ -112,16 +113,19 @@ class Context:
 
     async def execute(self, code, env, timeout, token, out):
         """Runs one cell, after any earlier one on this context; emits its lines."""
-        waiter = asyncio.ensure_future(self.lock.acquire())
-        await asyncio.wait([waiter, out.closed], return_when=asyncio.FIRST_COMPLETED)
-        if not waiter.done():
-            waiter.cancel()  # the client left while waiting: do not run it
-            try:
-                await waiter
-                self.lock.release()
-            except asyncio.CancelledError:
-                pass
-            return
+        if self.lock.locked():
+            waiter = asyncio.ensure_future(self.lock.acquire())
+            await asyncio.wait([waiter, out.closed], return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():
+                waiter.cancel()  # the client left while waiting: do not run it
+                try:
+                    await waiter
+                    self.lock.release()
+                except asyncio.CancelledError:
+                    pass
+                return
+        else:
+            await self.lock.acquire()  # free: taken at once
         try:
             if self.deleted:
                 out.emit(wire.error("ContextDeleted", "the context was removed before the cell ran"))

@@ -116,6 +116,11 @@ class Kernel:
     async def ready(self):
         await asyncio.shield(self.start())
 
+    def started(self):
+        """Started and up (the hot path's check before awaiting ready())."""
+        t = self._start_task
+        return t is not None and t.done() and not t.cancelled() and t.exception() is None
+
     def start_failed(self):
         t = self._start_task
         return t is not None and t.done() and (t.cancelled() or t.exception() is not None)

@@ -245,9 +245,19 @@ class PythonKernel(Kernel):
                 self._handlers.pop(msg_id, None)
 
     async def _read(self, channel, route):
+        # One await a message: recv_multipart on the channel's zmq.asyncio socket,
+        # then the session's own identity split and (HMAC-checked) deserialisation.
+        sock = channel.socket
+        session = self.kc.session
         try:
             while True:
-                msg = await channel.get_msg()
+                parts = await sock.recv_multipart(copy=False)
+                try:
+                    _, parts = session.feed_identities(parts, copy=False)
+                    msg = session.deserialize(parts, content=True, copy=False)
+                except Exception:
+                    log.warning("python kernel: dropped a message that did not deserialize")
+                    continue
                 try:
                     route(msg)
                 except Exception:

@@ -54,7 +54,8 @@ class Output:
         self.closed = self.loop.create_future()
         self.last = self.loop.time()
         self._flush_due = False
-        self._ka = asyncio.ensure_future(self._keepalive(keepalive))
+        self._every = keepalive
+        self._ka = self.loop.call_at(self.last + keepalive, self._keepalive)
 
     def emit(self, obj):
         if self.closed.done():
@@ -84,13 +85,12 @@ class Output:
         if not self.closed.done():
             self.closed.set_result(None)
 
-    async def _keepalive(self, every):
-        while not self.closed.done():
-            wait = self.last + every - self.loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            else:
-                self.emit(wire.KEEPALIVE)
+    def _keepalive(self):
+        if self.closed.done():
+            return
+        if self.loop.time() >= self.last + self._every - 0.001:
+            self.emit(wire.KEEPALIVE)
+        self._ka = self.loop.call_at(self.last + self._every, self._keepalive)
 
     def end(self):
         self._ka.cancel()
@@ -228,7 +228,11 @@ class Execute(Base):
         if stream is not None:
             stream.set_nodelay(True)  # small lines must not wait for an ACK (Nagle)
         self.out = Output(self, self.cfg.keepalive)
-        self.flush()  # headers at once: the SDK's timeoutMs starts when they arrive
+        # Headers at once (the SDK's timeoutMs starts when they arrive), with a first
+        # keepalive line in the same write: a proxy that holds headers back until the
+        # first body byte (node's http, Go's ReverseProxy) passes them on at once too.
+        self.write(wire.encode(wire.KEEPALIVE))
+        self.flush()
         try:
             await ctx.execute(code, env, timeout, self.request.headers.get("X-Access-Token"), self.out)
         except Exception:
