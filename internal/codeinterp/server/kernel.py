@@ -145,7 +145,7 @@ class Kernel:
         if not self.has_process():
             self._set_exited("the kernel was never started")
         if graceful and not self.dead():
-            self.signal(signal.SIGTERM)
+            self.terminate()
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), 1.0)
             except asyncio.TimeoutError:
@@ -185,6 +185,10 @@ class Kernel:
             os.killpg(pgid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def terminate(self):
+        """Asks the kernel's process group to exit (SIGKILL follows after 1 s)."""
+        self.signal(signal.SIGTERM)
 
     def kill(self):
         self.signal(signal.SIGKILL)

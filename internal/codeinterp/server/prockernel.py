@@ -294,6 +294,10 @@ class BashKernel(ProcessKernel):
         prefix.append("__space_env_push %s; " % " ".join("%s %s" % (k, shlex.quote(v)) for k, v in cell.env.items()))
         self._write("".join(prefix) + "builtin source %s </dev/null; " % shlex.quote(path) + _bash_end(run.nonce))
 
+    def terminate(self):
+        super().terminate()
+        self.signal(signal.SIGHUP)  # an interactive bash ignores SIGTERM; SIGHUP ends it
+
     def _filter(self, run, name, text):
         # bash writes a newline to stderr when SIGINT ends a command: not the cell's output.
         if self._interrupted and name == "stderr" and text == "\n":
