@@ -252,9 +252,12 @@ class Server:
 
 
 def check_line(raw):
-    """Every line is whole, not blank, and one JSON object with a type."""
+    """Every line is whole, not blank, ASCII (a UTF-8 character split between two
+    network reads would be garbled by the SDK) and one JSON object with a type."""
     if not raw.endswith(b"\n"):
         raise AssertionError("a line without its newline: %r" % raw[:200])
+    if not raw.isascii():
+        raise AssertionError("a line that is not ASCII: %r" % raw[:200])
     if not raw.strip():
         raise AssertionError("a blank line in the stream")
     obj = json.loads(raw)

@@ -2,7 +2,8 @@
 // SDK can drive it: POST /v2/sandboxes, DELETE /sandboxes/{id}, the agent's GET /envs (with the
 // envd token), and every request with `E2b-Sandbox-Port: 49999` passed on to the server as a
 // stream. Like node's http and Go's ReverseProxy by default, it holds response headers until the
-// first body byte (MOCK_FLUSH=1 flushes them at once). Loopback only.
+// first body byte (MOCK_FLUSH=1 flushes them at once). MOCK_CHOP=N re-chunks bodies into N-byte
+// writes, as a slow network would deliver them. Loopback only.
 // usage: node mock.mjs PORT CODE_SERVER_PORT
 import http from 'node:http';
 const [,, port, codePort] = process.argv;
@@ -12,7 +13,22 @@ const srv = http.createServer((req, res) => {
     const up = http.request({ host: '127.0.0.1', port: codePort, method: req.method, path: req.url, headers: req.headers }, (ur) => {
       res.writeHead(ur.statusCode, ur.headers);
       if (process.env.MOCK_FLUSH) res.flushHeaders();
-      ur.pipe(res);
+      const chop = Number(process.env.MOCK_CHOP || 0);
+      if (!chop) { ur.pipe(res); return; }
+      // Re-chunk the body into tiny writes, as a slow network would deliver it.
+      const pieces = [];
+      let pumping = false, ended = false;
+      const pump = () => {
+        if (pieces.length === 0) { pumping = false; if (ended) res.end(); return; }
+        pumping = true;
+        res.write(pieces.shift());
+        setTimeout(pump, 1);
+      };
+      ur.on('data', (buf) => {
+        for (let i = 0; i < buf.length; i += chop) pieces.push(buf.subarray(i, i + chop));
+        if (!pumping) pump();
+      });
+      ur.on('end', () => { ended = true; if (!pumping) res.end(); });
     });
     up.on('error', () => { res.writeHead(502); res.end('bad gateway'); });
     req.pipe(up);

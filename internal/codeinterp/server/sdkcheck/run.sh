@@ -25,5 +25,11 @@ for _ in $(seq 1 300); do
   kill -0 "$spid" 2>/dev/null || { cat "$tmp/server.log"; exit 1; }
   sleep 0.1
 done
-E2B_API_KEY=e2b_0123456789abcdef0123456789abcdef E2B_API_URL="http://127.0.0.1:$mport" E2B_SANDBOX_URL="http://127.0.0.1:$mport" \
-  node check.mjs || { echo "--- server log"; tail -40 "$tmp/server.log"; exit 1; }
+export E2B_API_KEY=e2b_0123456789abcdef0123456789abcdef E2B_API_URL="http://127.0.0.1:$mport" E2B_SANDBOX_URL="http://127.0.0.1:$mport"
+node check.mjs || { echo "--- server log"; tail -40 "$tmp/server.log"; exit 1; }
+# Again through a proxy that delivers bodies 97 bytes at a time.
+kill "$mpid"; wait "$mpid" 2>/dev/null || true
+MOCK_CHOP=97 node mock.mjs "$mport" "$cport" >>"$tmp/mock.log" 2>&1 &
+mpid=$!
+for _ in $(seq 1 50); do curl -s -o /dev/null "http://127.0.0.1:$mport/health" && break; sleep 0.1; done
+node utf8.mjs || { echo "--- server log"; tail -40 "$tmp/server.log"; exit 1; }
