@@ -85,21 +85,26 @@ class Context:
     async def ensure_kernel(self, out):
         """The context's kernel, started; restarted first if it had died (and
         then says so on `out`). Returns None after emitting an error line."""
-        k = self.kernel
-        if k is None or k.dead() or k.start_failed():
-            if k is not None and k.dead() and not k.start_failed() and self.notice is None:
-                if k.stop_reason == "stuck":
-                    self.notice = "the kernel was killed: a cell did not stop after an interrupt"
-                else:
-                    self.notice = k.exited.result()
-            if k is not None and not k.dead():
-                await k.stop("restart")
-            k = self.new_kernel()
-        try:
-            await k.ready()
-        except KernelStartError as e:
-            out.emit(wire.error("KernelStartError", str(e)))
-            return None
+        while True:
+            k = self.kernel
+            if k is None or k.dead() or k.start_failed():
+                if k is not None and k.dead() and not k.start_failed() and self.notice is None:
+                    if k.stop_reason == "stuck":
+                        self.notice = "the kernel was killed: a cell did not stop after an interrupt"
+                    else:
+                        self.notice = k.exited.result()
+                if k is not None:
+                    await k.stop("restart")  # a dead one too: its sockets, tasks and files go
+                k = self.new_kernel()
+            try:
+                if not k.started():
+                    await k.ready()
+                break
+            except KernelStartError as e:
+                if self.kernel is not k and not self.deleted:
+                    continue  # restarted while it started: use the new one
+                out.emit(wire.error("KernelStartError", str(e)))
+                return None
         if self.notice is not None:
             out.emit(wire.stream("stderr", wire.RESTART_NOTICE))
             out.emit(wire.kernel_restarted(self.notice))
@@ -108,16 +113,19 @@ class Context:
 
     async def execute(self, code, env, timeout, token, out):
         """Runs one cell, after any earlier one on this context; emits its lines."""
-        waiter = asyncio.ensure_future(self.lock.acquire())
-        await asyncio.wait([waiter, out.closed], return_when=asyncio.FIRST_COMPLETED)
-        if not waiter.done():
-            waiter.cancel()  # the client left while waiting: do not run it
-            try:
-                await waiter
-                self.lock.release()
-            except asyncio.CancelledError:
-                pass
-            return
+        if self.lock.locked():
+            waiter = asyncio.ensure_future(self.lock.acquire())
+            await asyncio.wait([waiter, out.closed], return_when=asyncio.FIRST_COMPLETED)
+            if not waiter.done():
+                waiter.cancel()  # the client left while waiting: do not run it
+                try:
+                    await waiter
+                    self.lock.release()
+                except asyncio.CancelledError:
+                    pass
+                return
+        else:
+            await self.lock.acquire()  # free: taken at once
         try:
             if self.deleted:
                 out.emit(wire.error("ContextDeleted", "the context was removed before the cell ran"))
@@ -261,6 +269,11 @@ class Registry:
         ctx = Context(self, cid, language, cwd, default)
         self.contexts[cid] = ctx
         return ctx
+
+    def listing(self):
+        """Every context: the default python one first, then the default javascript one."""
+        first = [c for c in (self.default_context("python"), self.default_context("javascript")) if c is not None]
+        return [c.describe() for c in first + [c for c in self.contexts.values() if c not in first]]
 
     def get(self, cid):
         ctx = self.contexts.get(cid) if isinstance(cid, str) else None

@@ -98,6 +98,10 @@ class Kernel:
     async def _start_guarded(self):
         try:
             await asyncio.wait_for(self._start(), self.cfg.start_timeout)
+        except asyncio.CancelledError:
+            # stop() while starting: a waiter sees a start error, not a cancellation.
+            self.kill()
+            raise KernelStartError("the %s kernel was stopped while it started" % self.language) from None
         except asyncio.TimeoutError:
             self.kill()
             raise KernelStartError("the %s kernel did not start within %g s" % (self.language, self.cfg.start_timeout))
@@ -111,6 +115,11 @@ class Kernel:
 
     async def ready(self):
         await asyncio.shield(self.start())
+
+    def started(self):
+        """Started and up (the hot path's check before awaiting ready())."""
+        t = self._start_task
+        return t is not None and t.done() and not t.cancelled() and t.exception() is None
 
     def start_failed(self):
         t = self._start_task
@@ -129,8 +138,14 @@ class Kernel:
             self.stop_reason = reason
         if self._start_task is not None and not self._start_task.done():
             self._start_task.cancel()
+            try:
+                await self._start_task
+            except (KernelStartError, asyncio.CancelledError):
+                pass
+        if not self.has_process():
+            self._set_exited("the kernel was never started")
         if graceful and not self.dead():
-            self.signal(signal.SIGTERM)
+            self.terminate()
             try:
                 await asyncio.wait_for(asyncio.shield(self.exited), 1.0)
             except asyncio.TimeoutError:
@@ -155,6 +170,10 @@ class Kernel:
         """The kernel's process group (it leads its own session), or None."""
         raise NotImplementedError
 
+    def has_process(self):
+        """Whether a process was started (and so `exited` will resolve)."""
+        raise NotImplementedError
+
     async def interrupt(self, cell):
         self.signal(signal.SIGINT)
 
@@ -166,6 +185,10 @@ class Kernel:
             os.killpg(pgid, signum)
         except (ProcessLookupError, PermissionError):
             pass
+
+    def terminate(self):
+        """Asks the kernel's process group to exit (SIGKILL follows after 1 s)."""
+        self.signal(signal.SIGTERM)
 
     def kill(self):
         self.signal(signal.SIGKILL)

@@ -104,6 +104,9 @@ class ProcessKernel(Kernel):
     def pgid(self):
         return self.proc.pid if self.proc is not None else None
 
+    def has_process(self):
+        return self.proc is not None
+
     async def _spawn(self, argv, stdin, env, pass_fds=()):
         try:
             self.proc = await asyncio.create_subprocess_exec(
@@ -262,7 +265,7 @@ class BashKernel(ProcessKernel):
         self._interrupted = False
 
     async def _start(self):
-        self._dir = tempfile.mkdtemp(prefix="space-bash-")
+        self._dir = tempfile.mkdtemp(prefix="bash-", dir=self.cfg.runtime_dir)
         env = dict(os.environ)
         env.update(self.cfg.kernel_env)
         await self._spawn([self.cfg.bash, "--noprofile", "--norc", "--noediting", "-i"], asyncio.subprocess.PIPE, env)
@@ -290,6 +293,10 @@ class BashKernel(ProcessKernel):
             prefix.append("builtin export %s=%s; " % (k, shlex.quote(v)))
         prefix.append("__space_env_push %s; " % " ".join("%s %s" % (k, shlex.quote(v)) for k, v in cell.env.items()))
         self._write("".join(prefix) + "builtin source %s </dev/null; " % shlex.quote(path) + _bash_end(run.nonce))
+
+    def terminate(self):
+        super().terminate()
+        self.signal(signal.SIGHUP)  # an interactive bash ignores SIGTERM; SIGHUP ends it
 
     def _filter(self, run, name, text):
         # bash writes a newline to stderr when SIGINT ends a command: not the cell's output.

@@ -175,6 +175,7 @@ class PythonKernel(Kernel):
         self._handlers = {}
         self._tasks = []
         self._pgid = None
+        self._proc = None
 
     def pgid(self):
         return self._pgid
@@ -188,11 +189,12 @@ class PythonKernel(Kernel):
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         ksm = KernelSpecManager(kernel_dirs=[os.path.join(cfg.work_dir, "kernels")], ensure_native_kernel=False)
         self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm)
-        await self.km.start_kernel(cwd=self.cwd, env=env)
-        proc = self.km.provisioner.process
-        self._pgid = self.km.provisioner.pgid or proc.pid
-        # The one blocking wait: a thread per kernel in waitpid, not a poll.
-        threading.Thread(target=self._wait_process, args=(proc,), name="kernel-wait", daemon=True).start()
+        try:
+            await self.km.start_kernel(cwd=self.cwd, env=env)
+        finally:
+            self._watch()  # also when the start was cut short after the launch
+        if self._proc is None:
+            raise KernelStartError("jupyter_client started no python kernel process")
         self.kc = self.km.client(context=_zmq_context())
         self.kc.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
         self._tasks = [
@@ -200,6 +202,19 @@ class PythonKernel(Kernel):
             asyncio.ensure_future(self._read(self.kc.iopub_channel, self._route_iopub)),
         ]
         await self._handshake()
+
+    def _watch(self):
+        """Watches the launched process: one thread per kernel blocked in waitpid (no polling)."""
+        prov = self.km.provisioner if self.km is not None else None
+        proc = getattr(prov, "process", None)
+        if proc is None or self._proc is not None:
+            return
+        self._proc = proc
+        self._pgid = getattr(prov, "pgid", None) or proc.pid
+        threading.Thread(target=self._wait_process, args=(proc,), name="kernel-wait", daemon=True).start()
+
+    def has_process(self):
+        return self._proc is not None
 
     def _wait_process(self, proc):
         status = proc.wait()
@@ -230,9 +245,19 @@ class PythonKernel(Kernel):
                 self._handlers.pop(msg_id, None)
 
     async def _read(self, channel, route):
+        # One await a message: recv_multipart on the channel's zmq.asyncio socket,
+        # then the session's own identity split and (HMAC-checked) deserialisation.
+        sock = channel.socket
+        session = self.kc.session
         try:
             while True:
-                msg = await channel.get_msg()
+                parts = await sock.recv_multipart(copy=False)
+                try:
+                    _, parts = session.feed_identities(parts, copy=False)
+                    msg = session.deserialize(parts, content=True, copy=False)
+                except Exception:
+                    log.warning("python kernel: dropped a message that did not deserialize")
+                    continue
                 try:
                     route(msg)
                 except Exception:

@@ -20,6 +20,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import signal
 import sys
 
@@ -53,7 +54,8 @@ class Output:
         self.closed = self.loop.create_future()
         self.last = self.loop.time()
         self._flush_due = False
-        self._ka = asyncio.ensure_future(self._keepalive(keepalive))
+        self._every = keepalive
+        self._ka = self.loop.call_at(self.last + keepalive, self._keepalive)
 
     def emit(self, obj):
         if self.closed.done():
@@ -83,13 +85,12 @@ class Output:
         if not self.closed.done():
             self.closed.set_result(None)
 
-    async def _keepalive(self, every):
-        while not self.closed.done():
-            wait = self.last + every - self.loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            else:
-                self.emit(wire.KEEPALIVE)
+    def _keepalive(self):
+        if self.closed.done():
+            return
+        if self.loop.time() >= self.last + self._every - 0.001:
+            self.emit(wire.KEEPALIVE)
+        self._ka = self.loop.call_at(self.last + self._every, self._keepalive)
 
     def end(self):
         self._ka.cancel()
@@ -159,7 +160,7 @@ class Health(Base):
 
 class Contexts(Base):
     def get(self):
-        self.json([c.describe() for c in self.registry.contexts.values()])
+        self.json(self.registry.listing())
 
     async def post(self):
         await self.guarded(self.handle_create)
@@ -227,7 +228,11 @@ class Execute(Base):
         if stream is not None:
             stream.set_nodelay(True)  # small lines must not wait for an ACK (Nagle)
         self.out = Output(self, self.cfg.keepalive)
-        self.flush()  # headers at once: the SDK's timeoutMs starts when they arrive
+        # Headers at once (the SDK's timeoutMs starts when they arrive), with a first
+        # keepalive line in the same write: a proxy that holds headers back until the
+        # first body byte (node's http, Go's ReverseProxy) passes them on at once too.
+        self.write(wire.encode(wire.KEEPALIVE))
+        self.flush()
         try:
             await ctx.execute(code, env, timeout, self.request.headers.get("X-Access-Token"), self.out)
         except Exception:
@@ -287,6 +292,7 @@ class Config:
         self.keepalive = args.keepalive
         self.work_dir = os.path.dirname(self.state)
         self.ipython_dir = os.path.join(self.work_dir, "ipython")
+        self.runtime_dir = os.path.join(self.work_dir, "runtime")
         self.kernel_env = {}
 
 
@@ -311,9 +317,11 @@ async def serve(cfg):
     from pykernel import prepare_ipython_dir
 
     os.makedirs(cfg.work_dir, mode=0o700, exist_ok=True)
-    runtime = os.path.join(cfg.work_dir, "runtime")
-    os.makedirs(runtime, mode=0o700, exist_ok=True)
-    os.environ["JUPYTER_RUNTIME_DIR"] = runtime  # kernel connection files (they hold HMAC keys)
+    # Kernel connection files (they hold HMAC keys) and bash cell files. Whatever an
+    # earlier server left there (it was killed) belongs to no kernel any more.
+    shutil.rmtree(cfg.runtime_dir, ignore_errors=True)
+    os.makedirs(cfg.runtime_dir, mode=0o700, exist_ok=True)
+    os.environ["JUPYTER_RUNTIME_DIR"] = cfg.runtime_dir
     prepare_ipython_dir(cfg)
 
     registry = Registry(cfg, tornado.httpclient.AsyncHTTPClient())
@@ -343,6 +351,7 @@ async def serve(cfg):
     log.info("shutting down")
     server.stop()
     await registry.shutdown()
+    await asyncio.sleep(0.05)  # cells that were running flush their closing lines
     log.info("stopped")
 
 

@@ -104,14 +104,16 @@ def _finite(value):
 
 
 def encode(obj):
-    """One line: compact JSON and a newline, UTF-8. JSON escapes every newline
-    inside strings, so the line never contains a raw one, and it is never blank."""
+    """One line: compact JSON and a newline. JSON escapes every newline inside
+    strings, so the line never contains a raw one, and it is never blank.
+
+    The line is pure ASCII (\\uXXXX escapes, which JSON.parse decodes): the SDK
+    decodes every network read with a fresh TextDecoder, so a UTF-8 character
+    that a proxy or the network splits between two reads would turn into U+FFFD,
+    however whole our writes are. ASCII cannot be split. (It also carries a
+    kernel's lone surrogates safely.)"""
     try:
-        text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(obj, separators=(",", ":"), allow_nan=False)
     except ValueError:
-        text = json.dumps(_finite(obj), ensure_ascii=False, separators=(",", ":"))
-    try:
-        return text.encode("utf-8") + b"\n"
-    except UnicodeEncodeError:
-        # A lone surrogate (kernels can produce them): \u escapes are valid JSON.
-        return json.dumps(json.loads(text), ensure_ascii=True, separators=(",", ":")).encode("ascii") + b"\n"
+        text = json.dumps(_finite(obj), separators=(",", ":"))
+    return text.encode("ascii") + b"\n"
