@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -170,23 +169,8 @@ func dirBytes(dir string) int64 {
 // runCode('1+1') through the unmodified @e2b/code-interpreter (node, e2e/e2b; one process, two
 // warm-up runs), and the native API's create of base and its first exec.
 func firstRunCode(ctx context.Context, d *spacedtest.Daemon, n int) (sdk, native time.Duration, err error) {
-	dir, err := filepath.Abs("e2e/e2b")
-	if err != nil {
+	if sdk, err = nodeMedian(ctx, d, "bench-code.mjs", fmt.Sprint(n), "2"); err != nil {
 		return 0, 0, err
-	}
-	cmd := exec.CommandContext(ctx, "node", "bench-code.mjs", fmt.Sprint(n), "2")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_KEY="+d.Opts.Key, "E2B_API_URL="+d.URL, "E2B_SANDBOX_URL="+d.URL)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return 0, 0, fmt.Errorf("node bench-code.mjs: %v: %s", err, out)
-	}
-	var r struct {
-		MedianMS float64 `json:"median_ms"`
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		return 0, 0, fmt.Errorf("node bench-code.mjs output %q: %w", out, err)
 	}
 	var natives []time.Duration
 	for i := range n + 2 {
@@ -210,7 +194,7 @@ func firstRunCode(ctx context.Context, d *spacedtest.Daemon, n int) (sdk, native
 			natives = append(natives, dt)
 		}
 	}
-	return time.Duration(r.MedianMS * float64(time.Millisecond)), median(natives), nil
+	return sdk, median(natives), nil
 }
 
 func printCode(out io.Writer, f codeFigures) {

@@ -18,28 +18,9 @@ import (
 // same through the native API (Go client), against one spaced with its warm pool, both from the
 // default template and with a 300 ms pause between runs so the pool refills alike.
 func e2bBench(ctx context.Context, d *spacedtest.Daemon, n int) (sdk, native time.Duration, err error) {
-	dir, err := filepath.Abs("e2e/e2b")
-	if err != nil {
+	if sdk, err = nodeMedian(ctx, d, "bench.mjs", "2.51.0", fmt.Sprint(n)); err != nil {
 		return 0, 0, err
 	}
-	if _, err := os.Stat(filepath.Join(dir, "node_modules", "e2b-2.51.0")); err != nil {
-		return 0, 0, fmt.Errorf("the E2B SDK is not installed: run `npm ci` in e2e/e2b: %w", err)
-	}
-	cmd := exec.CommandContext(ctx, "node", "bench.mjs", "2.51.0", fmt.Sprint(n))
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "E2B_API_KEY="+d.Opts.Key, "E2B_API_URL="+d.URL, "E2B_SANDBOX_URL="+d.URL)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return 0, 0, fmt.Errorf("node bench.mjs: %v: %s", err, out)
-	}
-	var r struct {
-		MedianMS float64 `json:"median_ms"`
-	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
-		return 0, 0, fmt.Errorf("node bench.mjs output %q: %w", out, err)
-	}
-	sdk = time.Duration(r.MedianMS * float64(time.Millisecond))
 
 	var times []time.Duration
 	for i := range n + 2 {
@@ -62,4 +43,31 @@ func e2bBench(ctx context.Context, d *spacedtest.Daemon, n int) (sdk, native tim
 		time.Sleep(300 * time.Millisecond)
 	}
 	return sdk, median(times), nil
+}
+
+// nodeMedian runs a script of e2e/e2b (the E2B SDKs, pinned there) against d and returns the
+// median it prints as its last line, {"median_ms": …}.
+func nodeMedian(ctx context.Context, d *spacedtest.Daemon, script string, args ...string) (time.Duration, error) {
+	dir, err := filepath.Abs("e2e/e2b")
+	if err != nil {
+		return 0, err
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node_modules", "@e2b", "code-interpreter")); err != nil {
+		return 0, fmt.Errorf("the E2B SDKs are not installed: run `npm ci` in e2e/e2b: %w", err)
+	}
+	cmd := exec.CommandContext(ctx, "node", append([]string{script}, args...)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "E2B_API_KEY="+d.Opts.Key, "E2B_API_URL="+d.URL, "E2B_SANDBOX_URL="+d.URL)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return 0, fmt.Errorf("node %s: %v: %s", script, err, out)
+	}
+	var r struct {
+		MedianMS float64 `json:"median_ms"`
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &r); err != nil {
+		return 0, fmt.Errorf("node %s output %q: %w", script, out, err)
+	}
+	return time.Duration(r.MedianMS * float64(time.Millisecond)), nil
 }

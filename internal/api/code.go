@@ -70,15 +70,6 @@ func (req codeRequest) toRun() (codeinterp.Request, error) {
 	return out, nil
 }
 
-// interpreter finds tenant p's sandbox's code interpreter (resuming a paused sandbox).
-func (s *Server) interpreter(r *http.Request, p auth.Principal) (*codeinterp.Client, context.Context, error) {
-	t, err := s.sb.Service(p.Tenant, r.PathValue("id"))
-	if err != nil {
-		return nil, nil, err
-	}
-	return &codeinterp.Client{URL: t.URL, Transport: t.Transport, AccessToken: t.AccessToken}, t.Life, nil
-}
-
 // handleRunCode runs a cell in the sandbox's code interpreter: POST /v1/sandboxes/{id}/code.
 // An exception in the code is part of the answer (error), not an HTTP error.
 func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -92,56 +83,61 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 		s.writeError(w, r, err)
 		return
 	}
-	ci, life, err := s.interpreter(r, p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	// The server interrupts the cell at its timeout; this is the net under it.
-	ctx, cancel := withLife(r.Context(), life)
-	defer cancel()
-	ctx, tcancel := context.WithTimeout(ctx, time.Duration(run.Timeout*float64(time.Second))+30*time.Second)
-	defer tcancel()
-	if !wantsSSE(r) {
-		var res codeResult
-		var stdout, stderr strings.Builder
-		size := 0
-		err := ci.Execute(ctx, run, func(ev codeinterp.Event) error {
-			size += ev.Size
-			switch ev.Kind {
-			case "stdout":
-				stdout.WriteString(ev.Text)
-			case "stderr":
-				stderr.WriteString(ev.Text)
-			case "result":
-				res.Results = append(res.Results, *ev.Result)
-			case "error":
-				res.Error = ev.Error
-			case "kernel_restarted":
-				res.KernelRestarted = ev.Text
-			case "end":
-				res.ExecutionCount = ev.ExecutionCount
-			}
-			if size > maxCodeOutput {
-				return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("the cell's output passed %d bytes: ask for a stream (Accept: text/event-stream)", maxCodeOutput))
-			}
+	s.withInterpreter(w, r, p, func(ctx context.Context, ci *codeinterp.Client) error {
+		// The server interrupts the cell at its timeout; this is the net under it.
+		ctx, cancel := context.WithTimeout(ctx, time.Duration(run.Timeout*float64(time.Second))+30*time.Second)
+		defer cancel()
+		if wantsSSE(r) {
+			streamCode(ctx, w, r, ci, run)
 			return nil
-		})
-		if err != nil {
-			s.writeError(w, r, err)
-			return
 		}
-		res.Stdout, res.Stderr = stdout.String(), stderr.String()
-		if res.Results == nil {
-			res.Results = []codeinterp.Result{}
+		return collectCode(ctx, w, ci, run)
+	})
+}
+
+// collectCode runs the cell and answers everything it produced as one JSON object.
+func collectCode(ctx context.Context, w http.ResponseWriter, ci *codeinterp.Client, run codeinterp.Request) error {
+	var res codeResult
+	var stdout, stderr strings.Builder
+	size := 0
+	err := ci.Execute(ctx, run, func(ev codeinterp.Event) error {
+		size += ev.Size
+		switch ev.Kind {
+		case "stdout":
+			stdout.WriteString(ev.Text)
+		case "stderr":
+			stderr.WriteString(ev.Text)
+		case "result":
+			res.Results = append(res.Results, *ev.Result)
+		case "error":
+			res.Error = ev.Error
+		case "kernel_restarted":
+			res.KernelRestarted = ev.Text
+		case "end":
+			res.ExecutionCount = ev.ExecutionCount
 		}
-		writeJSON(w, http.StatusOK, res)
-		return
+		if size > maxCodeOutput {
+			return errdefs.New(errdefs.ErrTooLarge, fmt.Sprintf("the cell's output passed %d bytes: ask for a stream (Accept: text/event-stream)", maxCodeOutput))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
 	}
-	// A stream answers at once; what breaks it later is told in its last event.
+	res.Stdout, res.Stderr = stdout.String(), stderr.String()
+	if res.Results == nil {
+		res.Results = []codeinterp.Result{}
+	}
+	writeJSON(w, http.StatusOK, res)
+	return nil
+}
+
+// streamCode runs the cell and answers its events as they come. A stream answers at once; what
+// breaks it later is told in its last event.
+func streamCode(ctx context.Context, w http.ResponseWriter, r *http.Request, ci *codeinterp.Client, run codeinterp.Request) {
 	st := startSSE(w, http.StatusOK)
 	defer st.close()
-	err = ci.Execute(ctx, run, func(ev codeinterp.Event) error {
+	err := ci.Execute(ctx, run, func(ev codeinterp.Event) error {
 		switch ev.Kind {
 		case "stdout", "stderr":
 			// A cell's one huge print arrives as one piece; it goes on in pieces a client's
@@ -170,22 +166,17 @@ func (s *Server) handleRunCode(w http.ResponseWriter, r *http.Request, p auth.Pr
 }
 
 func (s *Server) handleListContexts(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	ci, life, err := s.interpreter(r, p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ctx, cancel := withLife(r.Context(), life)
-	defer cancel()
-	list, err := ci.Contexts(ctx)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	if list == nil {
-		list = []codeinterp.Context{}
-	}
-	writeJSON(w, http.StatusOK, list)
+	s.withInterpreter(w, r, p, func(ctx context.Context, ci *codeinterp.Client) error {
+		list, err := ci.Contexts(ctx)
+		if err != nil {
+			return err
+		}
+		if list == nil {
+			list = []codeinterp.Context{}
+		}
+		writeJSON(w, http.StatusOK, list)
+		return nil
+	})
 }
 
 func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
@@ -205,43 +196,50 @@ func (s *Server) handleCreateContext(w http.ResponseWriter, r *http.Request, p a
 		}
 		req.Cwd = cwd
 	}
-	ci, life, err := s.interpreter(r, p)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	ctx, cancel := withLife(r.Context(), life)
-	defer cancel()
-	c, err := ci.CreateContext(ctx, strings.ToLower(strings.TrimSpace(req.Language)), req.Cwd)
-	if err != nil {
-		s.writeError(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusCreated, c)
+	s.withInterpreter(w, r, p, func(ctx context.Context, ci *codeinterp.Client) error {
+		c, err := ci.CreateContext(ctx, strings.ToLower(strings.TrimSpace(req.Language)), req.Cwd)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusCreated, c)
+		return nil
+	})
 }
 
 func (s *Server) handleDeleteContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	s.contextOp(w, r, p, (*codeinterp.Client).DeleteContext)
+	s.withInterpreter(w, r, p, func(ctx context.Context, ci *codeinterp.Client) error {
+		return noContent(w, ci.DeleteContext(ctx, r.PathValue("ctx")))
+	})
 }
 
 func (s *Server) handleRestartContext(w http.ResponseWriter, r *http.Request, p auth.Principal) {
-	s.contextOp(w, r, p, (*codeinterp.Client).RestartContext)
+	s.withInterpreter(w, r, p, func(ctx context.Context, ci *codeinterp.Client) error {
+		return noContent(w, ci.RestartContext(ctx, r.PathValue("ctx")))
+	})
 }
 
-// contextOp runs op on the context named in the path and answers 204.
-func (s *Server) contextOp(w http.ResponseWriter, r *http.Request, p auth.Principal, op func(*codeinterp.Client, context.Context, string) error) {
-	ci, life, err := s.interpreter(r, p)
+// withInterpreter runs fn with the code interpreter of tenant p's sandbox (resuming a paused
+// one) and a context that also ends with the sandbox; an error before fn or from it is
+// answered as the API's errors are.
+func (s *Server) withInterpreter(w http.ResponseWriter, r *http.Request, p auth.Principal, fn func(context.Context, *codeinterp.Client) error) {
+	t, err := s.sb.Service(p.Tenant, r.PathValue("id"))
 	if err != nil {
 		s.writeError(w, r, err)
 		return
 	}
-	ctx, cancel := withLife(r.Context(), life)
+	ctx, cancel := withLife(r.Context(), t.Life)
 	defer cancel()
-	if err := op(ci, ctx, r.PathValue("ctx")); err != nil {
+	if err := fn(ctx, &codeinterp.Client{URL: t.URL, Transport: t.Transport, AccessToken: t.AccessToken}); err != nil {
 		s.writeError(w, r, err)
-		return
 	}
-	w.WriteHeader(http.StatusNoContent)
+}
+
+// noContent answers 204 unless err is set, which it returns.
+func noContent(w http.ResponseWriter, err error) error {
+	if err == nil {
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return err
 }
 
 // withLife returns ctx, also cancelled (with the sandbox's cause) when life ends.
