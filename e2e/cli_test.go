@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/space-sandbox/space/internal/spacedtest"
 	"github.com/space-sandbox/space/pkg/client"
 )
 
@@ -17,22 +18,9 @@ import (
 // cp in and out, ls, info, rm.
 func TestCLI(t *testing.T) {
 	d := startSpaced(t)
-	bin := binDir(t)
 	space := func(stdin string, args ...string) (string, string, int) {
 		t.Helper()
-		cmd := exec.Command(filepath.Join(bin, "space"), args...)
-		cmd.Env = append(os.Environ(), "SPACE_URL="+d.URL, "SPACE_API_KEY="+d.Opts.Key)
-		cmd.Stdin = strings.NewReader(stdin)
-		var out, errb bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &errb
-		err := cmd.Run()
-		code := 0
-		if ee, ok := err.(*exec.ExitError); ok {
-			code = ee.ExitCode()
-		} else if err != nil {
-			t.Fatal(err)
-		}
-		return out.String(), errb.String(), code
+		return runSpace(t, d, stdin, args...)
 	}
 
 	out, errOut, code := space("", "create", "--meta", "who=cli")
@@ -157,4 +145,23 @@ func TestResources(t *testing.T) {
 	default:
 		t.Fatalf("exec: %v", err)
 	}
+}
+
+// runSpace runs the real space CLI against d with stdin, returning its stdout, stderr and exit
+// code.
+func runSpace(t *testing.T, d *spacedtest.Daemon, stdin string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir(t), "space"), args...)
+	cmd.Env = append(os.Environ(), "SPACE_URL="+d.URL, "SPACE_API_KEY="+d.Opts.Key)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return out.String(), errb.String(), code
 }

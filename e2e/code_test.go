@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -214,20 +213,7 @@ func TestCodeInterpreter(t *testing.T) {
 
 	t.Run("cli", func(t *testing.T) {
 		out := t.TempDir()
-		space := func(args ...string) (string, string, int) {
-			cmd := exec.Command(filepath.Join(binDir(t), "space"), args...)
-			cmd.Env = append(os.Environ(), "SPACE_URL="+d.URL, "SPACE_API_KEY="+d.Opts.Key)
-			var so, se bytes.Buffer
-			cmd.Stdout, cmd.Stderr = &so, &se
-			err := cmd.Run()
-			code := 0
-			if ee, ok := err.(*exec.ExitError); ok {
-				code = ee.ExitCode()
-			} else if err != nil {
-				t.Fatal(err)
-			}
-			return so.String(), se.String(), code
-		}
+		space := func(args ...string) (string, string, int) { return runSpace(t, d, "", args...) }
 		if so, se, code := space("run-code", id, "-c", "print('hi'); x * 2"); code != 0 || so != "hi\n42\n" {
 			t.Fatalf("run-code: %q %q %d", so, se, code)
 		}

@@ -45,8 +45,7 @@ func startSpacedAt(t *testing.T, home string, env ...string) *spacedtest.Daemon 
 	bin := binDir(t)
 	// Built-in templates come from a cache shared by every test daemon (base takes minutes to
 	// build); each daemon's own built templates stay in its home.
-	// No code-interpreter pool unless a test asks: each member is a Python and a Node kernel.
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates(), "SPACE_WARM_POOL_TEMPLATES=none"}, env...)
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + sharedTemplates()}, env...)
 	d, err := spacedtest.Start(context.Background(), spacedtest.Options{Bin: bin, Home: home, Env: env})
 	if err != nil {
 		t.Fatal(err)

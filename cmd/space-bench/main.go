@@ -255,8 +255,7 @@ func startDaemon(ctx context.Context, bin string, out io.Writer, env ...string) 
 	if tdir == "" {
 		tdir = "/var/cache/space-test/templates"
 	}
-	// No code-interpreter pool unless a section asks for one (it would count in waitWarm).
-	env = append([]string{"SPACE_TEMPLATES_DIR=" + tdir, "SPACE_WARM_POOL_TEMPLATES=none"}, env...)
+	env = append([]string{"SPACE_TEMPLATES_DIR=" + tdir}, env...)
 	d, err := spacedtest.Start(ctx, spacedtest.Options{Bin: bin, Env: env})
 	if err != nil {
 		return nil, err

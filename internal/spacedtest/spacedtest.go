@@ -116,7 +116,11 @@ func (d *Daemon) launch(ctx context.Context) error {
 	cmd.Env = append(os.Environ(),
 		"SPACE_HOME="+o.Home, "SPACE_LISTEN="+o.Listen, "SPACE_ADMIN_KEY="+o.Key,
 		"SPACE_INSTANCE="+o.Instance, "SPACE_RUNSC="+filepath.Join(o.Bin, "runsc"),
-		"SPACE_AGENT="+filepath.Join(o.Bin, "space-agent"))
+		"SPACE_AGENT="+filepath.Join(o.Bin, "space-agent"),
+		// No code-interpreter pool unless the caller asks (o.Env wins): each member is a Python
+		// and a Node kernel, and one still starting when the test stops spaced stays behind
+		// until a next start, which the leak checks would report.
+		"SPACE_WARM_POOL_TEMPLATES=none")
 	cmd.Env = append(cmd.Env, o.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
