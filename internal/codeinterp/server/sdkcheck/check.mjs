@@ -54,8 +54,8 @@ await assert.rejects(sbx.runCode('1', { context: ctx }), (e) => { log('removed c
 
 ex = await sbx.runCode("console.log('from js'); const z = await Promise.resolve(21); z * 2", { language: 'js' });
 assert.equal(ex.text, '42'); assert.deepEqual(ex.logs.stdout, ['from js\n']);
-ex = await sbx.runCode("x: number = 3", { language: 'typescript' });
-log('typescript (no type stripping):', ex.error ? ex.error.name : ex.text);
+ex = await sbx.runCode("const t: number = 3\nt * 2", { language: 'typescript' });
+log('typescript:', ex.error ? ex.error.name + ' (no typescript compiler installed)' : ex.text);
 ex = await sbx.runCode('N=6; echo $((N*7)); echo oops >&2', { language: 'bash' });
 assert.deepEqual(ex.logs.stdout, ['42\n']); assert.deepEqual(ex.logs.stderr, ['oops\n']);
 ex = await sbx.runCode('echo $N', { language: 'bash' });
