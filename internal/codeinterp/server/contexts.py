@@ -16,14 +16,16 @@ import secrets
 
 import wire
 from kernel import Cell, KernelStartError, run_cell
-from prockernel import BashKernel, JSKernel
+from prockernel import BashKernel, JSKernel, TSKernel
 from pykernel import PythonKernel
 
 log = logging.getLogger("space-code-interpreter")
 
-KERNELS = {"python": PythonKernel, "javascript": JSKernel, "bash": BashKernel}
-ALIASES = {"js": "javascript", "ts": "javascript", "typescript": "javascript", "sh": "bash"}
-LANGUAGES = "python, javascript (also js, typescript, ts) and bash (also sh)"
+# typescript runs on the javascript kernel (the node harness), which strips types
+# when the typescript compiler is installed; its contexts are its own.
+KERNELS = {"python": PythonKernel, "javascript": JSKernel, "typescript": TSKernel, "bash": BashKernel}
+ALIASES = {"js": "javascript", "ts": "typescript", "sh": "bash"}
+LANGUAGES = "python, javascript (also js), typescript (also ts; the javascript kernel) and bash (also sh)"
 
 RESTORED = "restored from a file snapshot: kernel state was not kept"
 

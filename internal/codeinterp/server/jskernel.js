@@ -21,12 +21,35 @@
 // Interrupt is SIGINT: synchronous code is stopped by the REPL's
 // breakEvalOnSigint; a cell waiting on a promise is ended at once (the promise
 // is abandoned). Stdin is /dev/null. Runs on node 18 (Debian bookworm) and later.
+// Started with --typescript, it strips TypeScript types first (see toJavaScript).
 
 const net = require('net');
 const repl = require('repl');
 const util = require('util');
 const domain = require('domain');
 const { PassThrough, Writable } = require('stream');
+
+// --typescript: cells are TypeScript; their types are stripped with the `typescript` module
+// when it can be required (Debian's node-typescript puts it in /usr/share/nodejs), else
+// they run as they are, as JavaScript (said once, on stderr).
+const typescript = process.argv.includes('--typescript');
+let tsCompiler; // undefined: not looked up yet; null: not installed
+function toJavaScript(code) {
+  if (!typescript) return code;
+  if (tsCompiler === undefined) {
+    try {
+      tsCompiler = require('typescript');
+    } catch (_) {
+      tsCompiler = null;
+      process.stderr.write('[space] the typescript compiler is not installed: cells run as JavaScript, type annotations are syntax errors\n');
+    }
+  }
+  if (tsCompiler === null) return code;
+  return tsCompiler.transpileModule(code, {
+    compilerOptions: { target: tsCompiler.ScriptTarget.ES2022, module: tsCompiler.ModuleKind.ESNext },
+    reportDiagnostics: false,
+  }).outputText;
+}
 
 const fdIndex = process.argv.indexOf('--fd');
 if (fdIndex < 0) {
@@ -171,7 +194,7 @@ function exec(msg) {
   current = cell;
   process.removeListener('SIGINT', onSigint);
   try {
-    server.eval(msg.code, server.context, 'cell', (err, value) => {
+    server.eval(toJavaScript(msg.code), server.context, 'cell', (err, value) => {
       if (err) finish(cell, { error: err });
       else finish(cell, { value });
     });

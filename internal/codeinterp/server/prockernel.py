@@ -357,6 +357,7 @@ class JSKernel(ProcessKernel):
     stderr, ended by markers the harness writes after each cell."""
 
     language = "javascript"
+    flags = ()
 
     def __init__(self, cfg, cwd):
         super().__init__(cfg, cwd)
@@ -370,7 +371,7 @@ class JSKernel(ProcessKernel):
         env.pop("NODE_OPTIONS", None)
         try:
             await self._spawn(
-                [self.cfg.node, os.path.join(HERE, "jskernel.js"), "--fd", str(theirs.fileno())],
+                [self.cfg.node, os.path.join(HERE, "jskernel.js"), "--fd", str(theirs.fileno()), *self.flags],
                 asyncio.subprocess.DEVNULL,
                 env,
                 pass_fds=(theirs.fileno(),),
@@ -443,3 +444,12 @@ class JSKernel(ProcessKernel):
                 self._writer.close()
             except Exception:
                 pass
+
+
+class TSKernel(JSKernel):
+    """The same harness for typescript contexts: it strips types when node's
+    `typescript` module is installed (Debian: node-typescript), else runs the
+    cells as JavaScript."""
+
+    language = "typescript"
+    flags = ("--typescript",)

@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import threading
 
 import zmq.asyncio
@@ -92,13 +93,27 @@ class _Handler:
 
 
 class _CellHandler(_Handler):
-    """The cell itself: its iopub output becomes NDJSON lines."""
+    """The cell itself: its iopub output becomes NDJSON lines.
 
-    __slots__ = ("cell",)
+    `started` is set by its execute_input, which ipykernel publishes once it has
+    installed its SIGINT handler for the request: an interrupt asked for before
+    that is held back until then (it would hit the env set-up before the cell,
+    or a kernel between requests, which ignores SIGINT). An interrupted cell is
+    done at its idle status: ipykernel sends no reply when the KeyboardInterrupt
+    lands outside the user's code."""
+
+    __slots__ = ("cell", "started", "on_start")
 
     def __init__(self, cell, on_done):
         super().__init__(on_done)
         self.cell = cell
+        self.started = False
+        self.on_start = None
+
+    def _check(self):
+        if self.idle and (self.reply is not None or self.cell.interrupted) and self.on_done is not None:
+            done, self.on_done = self.on_done, None
+            done(self)
 
     def on_iopub(self, msg):
         t = msg["msg_type"]
@@ -119,6 +134,10 @@ class _CellHandler(_Handler):
                 self._check()
         elif t == "execute_input":
             cell.count = c.get("execution_count")
+            self.started = True
+            if self.on_start is not None:
+                start, self.on_start = self.on_start, None
+                start()
 
 
 class _Probe:
@@ -141,6 +160,8 @@ class _Probe:
 
 def _cell_done(handler):
     cell = handler.cell
+    if handler.reply is None:  # interrupted, and ipykernel sent no reply
+        return
     content = handler.reply["content"]
     if content.get("execution_count") is not None:
         cell.count = content["execution_count"]
@@ -176,6 +197,7 @@ class PythonKernel(Kernel):
         self._tasks = []
         self._pgid = None
         self._proc = None
+        self._cell = None
 
     def pgid(self):
         return self._pgid
@@ -295,20 +317,23 @@ class PythonKernel(Kernel):
             handler.on_done = done
             self._handlers[msg_id] = handler
 
-        # All three requests are queued at once; the kernel runs them in order.
+        # Both requests are queued at once; the kernel runs them in order. The
+        # cell's env vars are restored by the kernel itself when the cell ends.
         if cell.env or cell.global_env:
             code = "__import__('_space_env').push(%r, %r)" % (cell.env, cell.global_env)
             track(_Handler(None), kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False), _env_done)
         msg_id = kc.execute(cell.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
-        track(_CellHandler(cell, None), msg_id, _cell_done)
-        if cell.env:
-            track(_Handler(None), kc.execute("__import__('_space_env').pop()", silent=True, store_history=False, allow_stdin=False, stop_on_error=False), _env_done)
+        self._cell = _CellHandler(cell, None)
+        track(self._cell, msg_id, _cell_done)
 
     async def interrupt(self, cell):
-        try:
-            await self.km.interrupt_kernel()
-        except Exception as e:
-            log.warning("python kernel: interrupt failed: %s", e)
+        """Jupyter's interrupt for a signal-mode kernel: SIGINT to its process group
+        (what AsyncKernelManager.interrupt_kernel does), once the cell has started."""
+        h = self._cell
+        if h is not None and h.cell is cell and not h.started:
+            h.on_start = lambda: self.signal(signal.SIGINT)
+            return
+        self.signal(signal.SIGINT)
 
     async def _cleanup(self):
         for t in self._tasks:

@@ -491,9 +491,11 @@ class PythonTest(unittest.TestCase):
         self.assertEqual(ex.text, "(None, 'orig')")
         # Also restored after an error and after a timeout.
         self.run_code("1/0", context_id=ctx, env_vars={"CELL_ONLY": "v2"})
-        self.assertEqual(self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx).text, "None")
-        self.run_code("import time; time.sleep(20)", context_id=ctx, env_vars={"CELL_ONLY": "v3"}, timeout=1)
-        self.assertEqual(self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx).text, "None")
+        ex = self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx)
+        self.assertEqual(ex.text, "None", ex.lines)
+        t = self.run_code("import time; time.sleep(20)", context_id=ctx, env_vars={"CELL_ONLY": "v3"}, timeout=1)
+        ex = self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx)
+        self.assertEqual(ex.text, "None", (t.lines, ex.lines))
 
     def test_global_envs_from_agent(self):
         ctx = new_context()
@@ -783,12 +785,25 @@ class JavascriptTest(unittest.TestCase):
         self.assertEqual(ex.error["name"], "SyntaxError")
         self.assertEqual(self.run_js("keep + 1", ctx).text, "2")
 
-    def test_typescript_alias_uses_js_kernel(self):
+    def test_js_alias(self):
         self.run_js("var viaDefault = 'shared'")
-        ex = SRV.execute({"code": "viaDefault", "language": "ts"})
+        ex = SRV.execute({"code": "viaDefault", "language": " JS "})
         self.assertEqual(ex.text, "shared")
-        ex = SRV.execute({"code": "viaDefault", "language": "js"})
-        self.assertEqual(ex.text, "shared")
+
+    def test_typescript(self):
+        ex = SRV.execute({"code": "const n = 6\nn * 7", "language": "ts"})
+        self.assertEqual(ex.text, "42")
+        self.assertEqual(SRV.execute({"code": "n", "language": "typescript"}).text, "6")
+        ctx = SRV.json("POST", "/contexts", {"language": "TypeScript"})
+        self.assertEqual(ctx["language"], "typescript")
+        ex = SRV.execute({"code": "const typed: number = await Promise.resolve(5)\ninterface P { a: string }\ntyped + 1", "context_id": ctx["id"]})
+        has_compiler = subprocess.run([NODE or "/usr/bin/node", "-e", "require('typescript')"], capture_output=True).returncode == 0
+        if has_compiler:
+            self.assertEqual(ex.text, "6", ex.lines)
+        else:
+            self.assertEqual(ex.error["name"], "SyntaxError")
+            self.assertIn("typescript compiler is not installed", ex.stderr)
+        SRV.request("DELETE", "/contexts/" + ctx["id"])
 
     def test_require_and_builtins(self):
         ex = self.run_js("const path = require('path'); path.join('a', 'b') + ' ' + typeof fs.readFileSync")

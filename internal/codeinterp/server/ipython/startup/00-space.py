@@ -49,8 +49,10 @@ def _space_setup():
     data_formatter.for_type_by_name("pandas.core.frame", "DataFrame", frame_data)
     formatters["e2b/data"] = data_formatter
 
-    # Env vars for one cell: the server runs push() before the cell and pop()
-    # after it, as silent executions.
+    # Env vars for one cell: the server runs push() as a silent execution before
+    # the cell; they are restored when the cell ends, by IPython's post_run_cell
+    # event (fired in a finally, also after an error or an interrupt, and not for
+    # silent executions), so no further request is needed after the cell.
     env = types.ModuleType("_space_env")
     undo = []
 
@@ -61,8 +63,8 @@ def _space_setup():
             undo.append({k: os.environ.get(k) for k in cell_env})
             os.environ.update(cell_env)
 
-    def pop():
-        if undo:
+    def restore(result=None):
+        while undo:
             for k, v in undo.pop().items():
                 if v is None:
                     os.environ.pop(k, None)
@@ -70,8 +72,9 @@ def _space_setup():
                     os.environ[k] = v
 
     env.push = push
-    env.pop = pop
+    env.restore = restore
     sys.modules["_space_env"] = env
+    ip.events.register("post_run_cell", restore)
 
 
 _space_setup()
