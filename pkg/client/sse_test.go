@@ -89,7 +89,7 @@ func TestSSEReaderErrors(t *testing.T) {
 	if _, err := readAll(strings.NewReader(long)); !errors.Is(err, errSSETooLong) {
 		t.Errorf("oversized line: %v, want errSSETooLong", err)
 	}
-	many := strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", 17) + "\n"
+	many := strings.Repeat("data: "+strings.Repeat("x", 1<<20)+"\n", maxSSELine>>20+1) + "\n"
 	if _, err := readAll(strings.NewReader(many)); !errors.Is(err, errSSETooLong) {
 		t.Errorf("oversized event: %v, want errSSETooLong", err)
 	}
