@@ -498,6 +498,16 @@ class PythonTest(unittest.TestCase):
         ex = self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx)
         self.assertEqual(ex.text, "None", (t.lines, ex.lines))
 
+    def test_many_env_cells(self):
+        # Two requests (env set-up, cell) queued at once, their replies arriving
+        # together, on fresh kernels: the pattern that once left a reply unread.
+        for n in range(8):
+            ctx = new_context()
+            for j in range(6):
+                ex = SRV.execute({"code": "import os\nos.environ['PAIR']", "context_id": ctx, "env_vars": {"PAIR": str(j)}}, deadline=20)
+                self.assertEqual(ex.text, str(j), ex.lines)
+            SRV.request("DELETE", "/contexts/" + ctx)
+
     def test_global_envs_from_agent(self):
         ctx = new_context()
         before = len(AGENT.tokens)
