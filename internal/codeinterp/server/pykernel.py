@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import threading
 
@@ -254,7 +255,10 @@ class PythonKernel(Kernel):
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         ksm = KernelSpecManager(kernel_dirs=[os.path.join(cfg.work_dir, "kernels")], ensure_native_kernel=False)
-        self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm)
+        # The connection file (it holds the HMAC key) in the server's runtime dir,
+        # which a restarted server clears: jupyter_client would put it in /tmp.
+        conn_file = os.path.join(cfg.runtime_dir, "kernel-%s.json" % secrets.token_hex(8))
+        self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm, connection_file=conn_file)
         try:
             await self.km.start_kernel(cwd=self.cwd, env=env)
         finally:

@@ -972,6 +972,8 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(os.listdir(runtime), [], "connection or cell files left behind")
 
         b = self.server(state=state).start()
+        files = os.listdir(runtime)
+        self.assertTrue(any(f.startswith("kernel-") and f.endswith(".json") for f in files), files)
         after = b.json("GET", "/contexts")
         self.assertEqual([(c["id"], c["language"], c["cwd"]) for c in after], [(c["id"], c["language"], c["cwd"]) for c in before])
         self.assertTrue(all(c.get("restarted") for c in after), after)
