@@ -1,11 +1,13 @@
-"""The python kernel: ipykernel, started by jupyter_client's AsyncKernelManager
-and spoken to with its AsyncKernelClient.
+"""The python kernel: ipykernel, started by jupyter_client's AsyncKernelManager,
+spoken to with jupyter_client's Session (message format and HMAC signing) over
+the kernel's shell and iopub sockets, read on the event loop (see _Wire: not
+zmq.asyncio, which now and then missed a message under load).
 
-One reader task per channel (shell, iopub) routes each message by its parent's
-msg_id to the handler of the request that caused it; nothing polls. Every
-execute_request goes with stop_on_error=False: executions are serialised by
-the server, so ipykernel's aborting of queued requests after an error or an
-interrupt (which would drop the next cell) is never wanted.
+Each message is routed by its parent's msg_id to the handler of the request
+that caused it; nothing polls. Every execute_request goes with
+stop_on_error=False: executions are serialised by the server, so ipykernel's
+aborting of queued requests after an error or an interrupt (which would drop
+the next cell) is never wanted.
 
 The kernel runs with a profile dir the server owns (IPYTHONDIR): its config
 turns colours off and its startup file registers the JSON formatter and the
@@ -16,10 +18,11 @@ import asyncio
 import json
 import logging
 import os
+import secrets
 import signal
 import threading
 
-import zmq.asyncio
+import zmq
 from jupyter_client import AsyncKernelManager
 from jupyter_client.kernelspec import KernelSpecManager
 
@@ -175,15 +178,57 @@ def _env_done(handler):
         log.warning("python kernel: setting or restoring env vars failed: %s", content.get("ename", content.get("status")))
 
 
-_zmq = None
+class _Wire:
+    """A kernel's shell and iopub sockets on the event loop, without zmq.asyncio.
 
+    zmq's FD is edge-triggered: it signals when the socket's state changes, and
+    any operation on the socket (a send too) can take that signal. So after
+    every wake-up and after every send the socket is drained until ZMQ_EVENTS
+    has no POLLIN left: a message can never sit unseen. (zmq.asyncio, which
+    AsyncKernelClient uses, missed such an edge now and then under load: a
+    reply sat in the socket while its reader waited forever.)"""
 
-def _zmq_context():
-    """One zmq context (one I/O thread) for every kernel client of the server."""
-    global _zmq
-    if _zmq is None:
-        _zmq = zmq.asyncio.Context()
-    return _zmq
+    def __init__(self, loop, conn, on_shell, on_iopub):
+        def url(port):
+            if conn["transport"] == "ipc":
+                return "ipc://%s-%d" % (conn["ip"], port)
+            return "%s://%s:%d" % (conn["transport"], conn["ip"], port)
+
+        self._loop = loop
+        ctx = zmq.Context.instance()
+        self.shell = ctx.socket(zmq.DEALER)
+        self.iopub = ctx.socket(zmq.SUB)
+        for sock in (self.shell, self.iopub):
+            sock.linger = 0
+        self.shell.connect(url(conn["shell_port"]))
+        self.iopub.setsockopt(zmq.SUBSCRIBE, b"")
+        self.iopub.connect(url(conn["iopub_port"]))
+        self._routes = ((self.shell, on_shell), (self.iopub, on_iopub))
+        self._fds = []
+        for sock, deliver in self._routes:
+            fd = sock.getsockopt(zmq.FD)
+            loop.add_reader(fd, self._drain, sock, deliver)
+            self._fds.append(fd)
+            loop.call_soon(self._drain, sock, deliver)
+
+    def _drain(self, sock, deliver):
+        while not sock.closed and sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return
+            deliver(frames)
+
+    def send(self, frames):
+        self.shell.send_multipart(frames, copy=False)
+        self._loop.call_soon(self._drain, *self._routes[0])  # the send may have taken a reply's edge
+
+    def close(self):
+        for fd in self._fds:
+            self._loop.remove_reader(fd)
+        self._fds = []
+        for sock, _ in self._routes:
+            sock.close()
 
 
 class PythonKernel(Kernel):
@@ -192,9 +237,9 @@ class PythonKernel(Kernel):
     def __init__(self, cfg, cwd):
         super().__init__(cfg, cwd)
         self.km = None
-        self.kc = None
+        self.session = None
+        self._wire = None
         self._handlers = {}
-        self._tasks = []
         self._pgid = None
         self._proc = None
         self._cell = None
@@ -210,19 +255,18 @@ class PythonKernel(Kernel):
         env["MPLBACKEND"] = "module://matplotlib_inline.backend_inline"
         env["PYDEVD_DISABLE_FILE_VALIDATION"] = "1"
         ksm = KernelSpecManager(kernel_dirs=[os.path.join(cfg.work_dir, "kernels")], ensure_native_kernel=False)
-        self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm)
+        # The connection file (it holds the HMAC key) in the server's runtime dir,
+        # which a restarted server clears: jupyter_client would put it in /tmp.
+        conn_file = os.path.join(cfg.runtime_dir, "kernel-%s.json" % secrets.token_hex(8))
+        self.km = AsyncKernelManager(kernel_name="space-python", kernel_spec_manager=ksm, connection_file=conn_file)
         try:
             await self.km.start_kernel(cwd=self.cwd, env=env)
         finally:
             self._watch()  # also when the start was cut short after the launch
         if self._proc is None:
             raise KernelStartError("jupyter_client started no python kernel process")
-        self.kc = self.km.client(context=_zmq_context())
-        self.kc.start_channels(shell=True, iopub=True, stdin=False, hb=False, control=False)
-        self._tasks = [
-            asyncio.ensure_future(self._read(self.kc.shell_channel, self._route_reply)),
-            asyncio.ensure_future(self._read(self.kc.iopub_channel, self._route_iopub)),
-        ]
+        self.session = self.km.session
+        self._wire = _Wire(self.loop, self.km.get_connection_info(), self._on_shell, self._on_iopub)
         await self._handshake()
 
     def _watch(self):
@@ -252,7 +296,7 @@ class PythonKernel(Kernel):
         while True:
             replied = loop.create_future()
             seen_iopub = loop.create_future()
-            msg_id = self.kc.kernel_info()
+            msg_id = self._send("kernel_info_request", {})
             self._handlers[msg_id] = _Probe(replied, seen_iopub)
             try:
                 await asyncio.wait([replied, self.exited], return_when=asyncio.FIRST_COMPLETED)
@@ -266,29 +310,44 @@ class PythonKernel(Kernel):
             finally:
                 self._handlers.pop(msg_id, None)
 
-    async def _read(self, channel, route):
-        # One await a message: recv_multipart on the channel's zmq.asyncio socket,
-        # then the session's own identity split and (HMAC-checked) deserialisation.
-        sock = channel.socket
-        session = self.kc.session
+    def _send(self, msg_type, content):
+        msg = self.session.msg(msg_type, content=content)
+        self._wire.send(self.session.serialize(msg))
+        return msg["header"]["msg_id"]
+
+    def _execute(self, code, silent):
+        return self._send("execute_request", {
+            "code": code,
+            "silent": silent,
+            "store_history": not silent,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+        })
+
+    def _decode(self, frames):
         try:
-            while True:
-                parts = await sock.recv_multipart(copy=False)
-                try:
-                    _, parts = session.feed_identities(parts, copy=False)
-                    msg = session.deserialize(parts, content=True, copy=False)
-                except Exception:
-                    log.warning("python kernel: dropped a message that did not deserialize")
-                    continue
-                try:
-                    route(msg)
-                except Exception:
-                    log.exception("python kernel: handling a %s message failed", msg.get("msg_type"))
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # the socket was closed under us at shutdown
-            if not self.dead() and self.stop_reason is None:
-                log.warning("python kernel: channel reader stopped: %s", e)
+            _, parts = self.session.feed_identities(frames, copy=False)
+            return self.session.deserialize(parts, content=True, copy=False)
+        except Exception:
+            log.warning("python kernel: dropped a message that did not deserialize")
+            return None
+
+    def _on_shell(self, frames):
+        msg = self._decode(frames)
+        if msg is not None:
+            try:
+                self._route_reply(msg)
+            except Exception:
+                log.exception("python kernel: handling a %s message failed", msg.get("msg_type"))
+
+    def _on_iopub(self, frames):
+        msg = self._decode(frames)
+        if msg is not None:
+            try:
+                self._route_iopub(msg)
+            except Exception:
+                log.exception("python kernel: handling a %s message failed", msg.get("msg_type"))
 
     def _route_reply(self, msg):
         h = self._handlers.get(msg["parent_header"].get("msg_id"))
@@ -301,7 +360,6 @@ class PythonKernel(Kernel):
             h.on_iopub(msg)
 
     def submit(self, cell):
-        kc = self.kc
         pending = [0]
 
         def track(handler, msg_id, after):
@@ -321,8 +379,8 @@ class PythonKernel(Kernel):
         # cell's env vars are restored by the kernel itself when the cell ends.
         if cell.env or cell.global_env:
             code = "__import__('_space_env').push(%r, %r)" % (cell.env, cell.global_env)
-            track(_Handler(None), kc.execute(code, silent=True, store_history=False, allow_stdin=False, stop_on_error=False), _env_done)
-        msg_id = kc.execute(cell.code, silent=False, store_history=True, allow_stdin=False, stop_on_error=False)
+            track(_Handler(None), self._execute(code, True), _env_done)
+        msg_id = self._execute(cell.code, False)
         self._cell = _CellHandler(cell, None)
         track(self._cell, msg_id, _cell_done)
 
@@ -336,14 +394,9 @@ class PythonKernel(Kernel):
         self.signal(signal.SIGINT)
 
     async def _cleanup(self):
-        for t in self._tasks:
-            t.cancel()
-        self._tasks = []
-        if self.kc is not None:
-            try:
-                self.kc.stop_channels()
-            except Exception:
-                pass
+        if self._wire is not None:
+            self._wire.close()
+            self._wire = None
         if self.km is not None and self.km.has_kernel:
             try:
                 await self.km.cleanup_resources()

@@ -497,6 +497,16 @@ class PythonTest(unittest.TestCase):
         ex = self.run_code("str(os.environ.get('CELL_ONLY'))", context_id=ctx)
         self.assertEqual(ex.text, "None", (t.lines, ex.lines))
 
+    def test_many_env_cells(self):
+        # Two requests (env set-up, cell) queued at once, their replies arriving
+        # together, on fresh kernels: the pattern that once left a reply unread.
+        for n in range(8):
+            ctx = new_context()
+            for j in range(6):
+                ex = SRV.execute({"code": "import os\nos.environ['PAIR']", "context_id": ctx, "env_vars": {"PAIR": str(j)}}, deadline=20)
+                self.assertEqual(ex.text, str(j), ex.lines)
+            SRV.request("DELETE", "/contexts/" + ctx)
+
     def test_global_envs_from_agent(self):
         ctx = new_context()
         before = len(AGENT.tokens)
@@ -961,6 +971,8 @@ class LifecycleTest(unittest.TestCase):
         self.assertEqual(os.listdir(runtime), [], "connection or cell files left behind")
 
         b = self.server(state=state).start()
+        files = os.listdir(runtime)
+        self.assertTrue(any(f.startswith("kernel-") and f.endswith(".json") for f in files), files)
         after = b.json("GET", "/contexts")
         self.assertEqual([(c["id"], c["language"], c["cwd"]) for c in after], [(c["id"], c["language"], c["cwd"]) for c in before])
         self.assertTrue(all(c.get("restarted") for c in after), after)
