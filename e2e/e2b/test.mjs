@@ -2,21 +2,10 @@
 // Environment: E2B_API_KEY, E2B_API_URL, E2B_SANDBOX_URL (all pointing at spaced).
 // Prints one line per check and exits non-zero on the first failure.
 import assert from 'node:assert/strict'
+import { step } from './step.mjs'
 
 const version = process.argv[2]
 const { Sandbox, CommandExitError, FileNotFoundError } = await import(`e2b-${version}`)
-
-const step = async (name, fn) => {
-  const t0 = Date.now()
-  try {
-    await fn()
-    console.log(`ok   ${name} (${Date.now() - t0} ms)`)
-  } catch (e) {
-    console.log(`FAIL ${name}: ${e?.stack || e}`)
-    process.exitCode = 1
-    throw e
-  }
-}
 
 let sbx
 try {
